@@ -1,0 +1,287 @@
+"""The transform protocol, the base class of the built-in transforms, and `apply_updates`.
+
+A transform is an immutable value with two methods (DESIGN D1)::
+
+    init(params) -> state
+    update(updates, state, params=None, **extra) -> (updates, state)
+
+This is the protocol of optax's ``GradientTransformation``; optax, Flax's ``TrainState`` and
+``nnx.Optimizer`` duck-type it, so optx transforms work there unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from optx._src import hyperparams as hp
+from optx._src.tree import is_none
+
+Params = Any
+"""A pytree of arrays: the parameters being optimised."""
+Updates = Any
+"""A pytree of arrays with the structure of the parameters: gradients or updates."""
+OptState = Any
+"""A pytree of arrays (usually NamedTuples): the state of a transform."""
+Schedule = Callable[[jax.Array], jax.Array]
+"""A function from the step count (an int32 scalar) to a value."""
+ScalarOrSchedule = float | jax.Array | Schedule
+
+
+@runtime_checkable
+class GradientTransformationLike(Protocol):
+    """Anything with optax's ``init`` / ``update`` protocol (optax transforms included)."""
+
+    def init(self, params: Params) -> OptState:
+        """Returns the initial state for ``params``."""
+        ...
+
+    def update(
+        self, updates: Updates, state: OptState, params: Params | None = None, **extra: Any
+    ) -> tuple[Updates, OptState]:
+        """Transforms ``updates`` and returns them with the new state."""
+        ...
+
+
+class EmptyState(NamedTuple):
+    """The state of a transform that keeps none."""
+
+
+class Transform:
+    """Base class of optx's built-in transforms.
+
+    Subclasses are frozen dataclasses: equal and hashable by their configuration, holding no
+    arrays. Numeric hyperparameters listed in ``hyperparams`` are copied into the state by
+    ``init`` (as float32 scalars) and read from there by ``update``, so changing them never
+    recompiles (DESIGN D2).
+
+    Subclasses set ``name`` (the public factory's name, used in errors and ``repr``),
+    ``hyperparams`` (field names of dynamic hyperparameters) and ``decays`` (those of them
+    that are decay rates and are kept as ``1 - value`` for precision).
+    """
+
+    __slots__ = ()
+    name: ClassVar[str] = "transform"
+    hyperparams: ClassVar[tuple[str, ...]] = ()
+    decays: ClassVar[tuple[str, ...]] = ()
+
+    def init(self, params: Params) -> OptState:
+        """Returns the initial state of this transform for ``params``."""
+        raise NotImplementedError
+
+    def update(
+        self, updates: Updates, state: OptState, params: Params | None = None, **extra: Any
+    ) -> tuple[Updates, OptState]:
+        """Transforms ``updates``; returns them with the new state."""
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Callable[..., Any]]:
+        # `init, update = optx.adam(1e-3)` works as with optax's NamedTuple transforms.
+        return iter((self.init, self.update))
+
+    def __post_init__(self) -> None:
+        for field in self.hyperparams:
+            value = getattr(self, field)
+            if not callable(value):
+                # A transform holds Python floats only (hashable, no arrays: DESIGN D1).
+                object.__setattr__(self, field, hp.validate(self.name, field, value))
+
+    def _init_hyperparams(self) -> dict[str, jax.Array]:
+        """The hyperparameters' initial values, as stored in the state."""
+        return hp.initial(
+            {f: getattr(self, f) for f in self.hyperparams if not callable(getattr(self, f))},
+            self.decays,
+        )
+
+    def __repr__(self) -> str:
+        args = []
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+            if not field.repr:
+                continue
+            value = getattr(self, field.name)
+            if field.default is not dataclasses.MISSING and value == field.default:
+                if not isinstance(value, jax.Array):
+                    continue
+            args.append(f"{field.name}={_short_repr(value)}")
+        return f"{self.name}({', '.join(args)})"
+
+
+def _short_repr(value: Any) -> str:
+    if isinstance(value, np.dtype):
+        return repr(value.name)
+    return repr(value)
+
+
+def transform(cls: type) -> type:
+    """Class decorator of the built-in transforms: a frozen dataclass with optx's repr."""
+    return dataclasses.dataclass(frozen=True, repr=False, eq=True)(cls)
+
+
+def safe_increment(count: jax.Array) -> jax.Array:
+    """Adds one to an integer counter, saturating at its dtype's maximum (DESIGN D5)."""
+    count = jnp.asarray(count)
+    max_value = jnp.iinfo(count.dtype).max
+    return jnp.where(count < max_value, count + 1, max_value).astype(count.dtype)
+
+
+def zero_count() -> jax.Array:
+    """A fresh int32 step counter."""
+    return jnp.zeros([], jnp.int32)
+
+
+def apply_updates(params: Params, updates: Updates) -> Params:
+    """Adds ``updates`` to ``params``, keeping each parameter's dtype.
+
+    A ``None`` update (a parameter without a gradient) leaves its parameter unchanged.
+
+    Args:
+      params: the current parameters.
+      updates: updates with the structure of ``params``, as returned by ``update``.
+
+    Returns:
+      ``params + updates``, each leaf cast back to its parameter's dtype.
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> optx.apply_updates({"w": jnp.ones(2)}, {"w": jnp.array([0.5, -1.0])})
+      {'w': Array([1.5, 0. ], dtype=float32)}
+    """
+
+    def add(p: Any, u: Any) -> Any:
+        if u is None:
+            return p
+        p = jnp.asarray(p)
+        return jnp.asarray(p + u).astype(p.dtype)
+
+    return jax.tree.map(add, params, updates, is_leaf=is_none)
+
+
+def find_states(state: OptState, kind: type | tuple[type, ...]) -> list[Any]:
+    """Every sub-state of ``state`` that is an instance of ``kind``, in tree order."""
+    found: list[Any] = []
+
+    def visit(node: Any) -> bool:
+        if isinstance(node, kind):
+            found.append(node)
+            return True
+        return False
+
+    jax.tree_util.tree_flatten(state, is_leaf=visit)
+    return found
+
+
+@transform
+class Identity(Transform):
+    """See `identity`."""
+
+    name = "identity"
+
+    def init(self, params: Params) -> EmptyState:
+        del params
+        return EmptyState()
+
+    def update(
+        self, updates: Updates, state: OptState, params: Params | None = None, **extra: Any
+    ) -> tuple[Updates, OptState]:
+        del params, extra
+        return updates, state
+
+
+def identity() -> Identity:
+    """A transform that returns the updates unchanged.
+
+    Returns:
+      The identity transform (its state is `EmptyState`).
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> tx = optx.identity()
+      >>> tx.update({"w": jnp.ones(2)}, tx.init({"w": jnp.ones(2)}))[0]
+      {'w': Array([1., 1.], dtype=float32)}
+    """
+    return Identity()
+
+
+@transform
+class SetToZero(Transform):
+    """See `set_to_zero`."""
+
+    name = "set_to_zero"
+
+    def init(self, params: Params) -> EmptyState:
+        del params
+        return EmptyState()
+
+    def update(
+        self, updates: Updates, state: OptState, params: Params | None = None, **extra: Any
+    ) -> tuple[Updates, OptState]:
+        del params, extra
+        return jax.tree.map(lambda u: None if u is None else jnp.zeros_like(u), updates,
+                            is_leaf=is_none), state
+
+
+def set_to_zero() -> SetToZero:
+    """A transform that replaces every update with zeros (freezes parameters).
+
+    Returns:
+      The transform (its state is `EmptyState`).
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> tx = optx.set_to_zero()
+      >>> tx.update({"w": jnp.ones(2)}, tx.init({"w": jnp.ones(2)}))[0]
+      {'w': Array([0., 0.], dtype=float32)}
+    """
+    return SetToZero()
+
+
+@transform
+class Stateless(Transform):
+    """See `stateless`."""
+
+    name = "stateless"
+    fn: Callable[[Updates, Params | None], Updates] = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise TypeError(
+                f"`stateless` needs fn to be a callable (updates, params) -> updates. "
+                f"Received: fn={self.fn!r}."
+            )
+
+    def init(self, params: Params) -> EmptyState:
+        del params
+        return EmptyState()
+
+    def update(
+        self, updates: Updates, state: OptState, params: Params | None = None, **extra: Any
+    ) -> tuple[Updates, OptState]:
+        del extra
+        return self.fn(updates, params), state
+
+
+def stateless(fn: Callable[[Updates, Params | None], Updates]) -> Stateless:
+    """Makes a transform from a function ``fn(updates, params) -> updates`` that keeps no state.
+
+    Args:
+      fn: called with the updates and the parameters (``None`` if not given).
+
+    Returns:
+      The transform (its state is `EmptyState`); it compares equal to another built from
+      the same function object.
+
+    Raises:
+      TypeError: ``fn`` is not callable.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, optx
+      >>> tx = optx.stateless(lambda u, p: jax.tree.map(lambda x: 2 * x, u))
+      >>> tx.update({"w": jnp.ones(2)}, tx.init(None))[0]
+      {'w': Array([2., 2.], dtype=float32)}
+    """
+    return Stateless(fn)

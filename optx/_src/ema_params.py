@@ -1,0 +1,168 @@
+"""An exponential moving average of the parameters: `ema_params` and `ema_params_value`."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.typing import DTypeLike
+
+from optx._src import checks
+from optx._src import hyperparams as hp
+from optx._src.base import OptState, Params, Transform, Updates, find_states, safe_increment
+from optx._src.base import transform as _transform
+from optx._src.base import zero_count
+
+
+class EmaParamsState(NamedTuple):
+    """State of `ema_params`: the step count, the averaged parameters and the momentum."""
+
+    count: jax.Array
+    ema: Params
+    hyperparams: dict[str, jax.Array]
+
+
+_STARTS = ("initial", "first_step")
+
+
+@_transform
+class EmaParams(Transform):
+    """See `ema_params`."""
+
+    name = "ema_params"
+    hyperparams = ("momentum",)
+    decays = ("momentum",)
+    momentum: float = 0.99
+    overwrite_frequency: int | None = None
+    start: Literal["initial", "first_step"] = "initial"
+    ema_dtype: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.overwrite_frequency is not None:
+            n = checks.nonneg_int(self.name, "overwrite_frequency", self.overwrite_frequency, 1)
+            object.__setattr__(self, "overwrite_frequency", n)
+        if self.start not in _STARTS:
+            raise ValueError(
+                f"`{hp.current(self.name)}` needs start in {_STARTS}. "
+                f"Received: start={self.start!r}."
+            )
+        dtype = checks.dtype_option(self.name, "ema_dtype", self.ema_dtype)
+        object.__setattr__(self, "ema_dtype", dtype)
+
+    def init(self, params: Params) -> EmaParamsState:
+        checks.float_params(f"{self.name}.init", params)
+        ema = jax.tree.map(lambda p: jnp.asarray(p, self.ema_dtype or jnp.result_type(p)), params)
+        return EmaParamsState(zero_count(), ema, self._init_hyperparams())
+
+    def update(
+        self, updates: Updates, state: EmaParamsState, params: Params | None = None, **extra: Any
+    ) -> tuple[Updates, EmaParamsState]:
+        del extra
+        api = f"{self.name}.update"
+        checks.needs_params(api, params)
+        checks.same_tree(api, updates, params, "updates", "params")
+        checks.same_tree(api, params, state.ema, "params", "the state")
+        m = hp.value(state.hyperparams, "momentum")
+        c = hp.one_minus(state.hyperparams, "momentum")
+        if self.start == "first_step":
+            first = state.count == 0
+            m, c = jnp.where(first, 0.0, m), jnp.where(first, 1.0, c)
+        count = safe_increment(state.count)
+
+        def leaf(u: jax.Array, p: jax.Array, e: jax.Array) -> jax.Array:
+            new_p = (p + u).astype(jnp.result_type(p))
+            return (m * e + c * new_p).astype(e.dtype)
+
+        ema = jax.tree.map(leaf, updates, params, state.ema)
+        if self.overwrite_frequency is not None:
+            overwrite = count % self.overwrite_frequency == 0
+            updates = jax.tree.map(
+                lambda u, p, e: jnp.where(overwrite, (e - p).astype(u.dtype), u),
+                updates,
+                params,
+                ema,
+            )
+        return updates, EmaParamsState(count, ema, state.hyperparams)
+
+
+def ema_params(
+    momentum: float = 0.99,
+    overwrite_frequency: int | None = None,
+    *,
+    start: Literal["initial", "first_step"] = "initial",
+    ema_dtype: DTypeLike | None = None,
+) -> EmaParams:
+    """Keeps an exponential moving average of the parameters in the state.
+
+    Put it last in a chain: it reads the parameters and the final updates, and averages
+    the parameters as they are after this step,
+
+    .. math:: \\bar\\theta \\leftarrow \\mu\\,\\bar\\theta + (1 - \\mu)\\,(\\theta + u).
+
+    The updates pass unchanged, except every ``overwrite_frequency``-th step, when they are
+    replaced by :math:`\\bar\\theta - \\theta` so that the parameters become the average
+    (to float round-off). Read the average with `ema_params_value`.
+
+    Args:
+      momentum: :math:`\\mu \\in [0, 1]` (a dynamic hyperparameter, ``"momentum"``);
+        ``1`` keeps the starting weights, ``0`` tracks the weights.
+      overwrite_frequency: overwrite the parameters with the average after every N-th
+        step; ``None`` never does.
+      start: ``"initial"`` (default, as the tf.keras documentation specifies) starts the
+        average at the parameters given to `init`; ``"first_step"`` (Keras 3) copies the
+        parameters after the first step instead.
+      ema_dtype: dtype of the average; ``None`` uses each parameter's dtype.
+
+    Returns:
+      The transform; its state is `EmaParamsState`.
+
+    Raises:
+      ValueError: ``momentum`` is outside [0, 1], ``overwrite_frequency`` is not an int >= 1,
+        or ``start`` is unknown.
+
+    Example:
+      The tf.keras documentation's example (SGD, learning rate 1, gradient 1, momentum 0.5,
+      overwrite every 3 steps) ends at -0.125:
+
+      >>> import jax.numpy as jnp, optx
+      >>> tx = optx.chain(optx.sgd(1.0), optx.ema_params(0.5, overwrite_frequency=3))
+      >>> params = jnp.array(2.0)
+      >>> state = tx.init(params)
+      >>> for _ in range(3):
+      ...     updates, state = tx.update(jnp.array(1.0), state, params)
+      ...     params = optx.apply_updates(params, updates)
+      >>> float(params)
+      -0.125
+    """
+    return EmaParams(momentum, overwrite_frequency, start, ema_dtype)
+
+
+def ema_params_value(state: OptState) -> Params:
+    """The averaged parameters held by the one `ema_params` in an optimizer state.
+
+    Args:
+      state: the state of a transform or chain that contains exactly one `ema_params`.
+
+    Returns:
+      The average, with the structure of the parameters.
+
+    Raises:
+      ValueError: the state holds no `ema_params` state, or several.
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> tx = optx.chain(optx.sgd(1.0), optx.ema_params(0.5))
+      >>> state = tx.init(jnp.array(2.0))
+      >>> _, state = tx.update(jnp.array(1.0), state, jnp.array(2.0))
+      >>> float(optx.ema_params_value(state))
+      1.5
+    """
+    found = find_states(state, EmaParamsState)
+    if len(found) != 1:
+        raise ValueError(
+            f"`ema_params_value` needs a state holding exactly one `ema_params` state. "
+            f"Received: a state holding {len(found)}."
+        )
+    return found[0].ema
