@@ -18,7 +18,7 @@ from optx._src.tree import paths as paths
 from optx._src.tree import scale as scale
 from optx._src.tree import size as size
 from optx._src.tree import sub as sub
-from optx._src.tree import sum as sum  # noqa: A004
+from optx._src.tree import sum as sum
 from optx._src.tree import vdot as vdot
 from optx._src.tree import where as where
 from optx._src.tree import zeros_like as zeros_like

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from optx._src import checks
@@ -48,7 +47,9 @@ class AccumulateGradients(Transform):
 
     def __post_init__(self) -> None:
         checks.transform(self.name, "inner", self.inner)
-        object.__setattr__(self, "every_k", checks.nonneg_int(self.name, "every_k", self.every_k, 1))
+        object.__setattr__(
+            self, "every_k", checks.nonneg_int(self.name, "every_k", self.every_k, 1)
+        )
         dtype = checks.dtype_option(self.name, "accumulator_dtype", self.accumulator_dtype)
         object.__setattr__(self, "accumulator_dtype", dtype)
 
@@ -73,9 +74,7 @@ class AccumulateGradients(Transform):
         def emit(_: None) -> tuple[Updates, AccumulateGradientsState]:
             mean = jax.tree.map(lambda a, g: (a / k).astype(g.dtype), total, updates)
             new, inner = call_update(self.inner, accepts, mean, state.inner_state, params, extra)
-            return new, AccumulateGradientsState(
-                zero_count(), tree_lib.zeros_like(total), inner
-            )
+            return new, AccumulateGradientsState(zero_count(), tree_lib.zeros_like(total), inner)
 
         def hold(_: None) -> tuple[Updates, AccumulateGradientsState]:
             return tree_lib.zeros_like(updates), AccumulateGradientsState(

@@ -35,7 +35,15 @@ ScalarOrSchedule = float | jax.Array | Schedule
 
 @runtime_checkable
 class GradientTransformationLike(Protocol):
-    """Anything with optax's ``init`` / ``update`` protocol (optax transforms included)."""
+    """Anything with optax's ``init`` / ``update`` protocol (optax transforms included).
+
+    Example:
+      >>> import optax, optx
+      >>> isinstance(optx.adam(1e-3), optx.GradientTransformationLike)
+      True
+      >>> isinstance(optax.adam(1e-3), optx.GradientTransformationLike)
+      True
+    """
 
     def init(self, params: Params) -> OptState:
         """Returns the initial state for ``params``."""
@@ -62,7 +70,33 @@ class Transform:
 
     Subclasses set ``name`` (the public factory's name, used in errors and ``repr``),
     ``hyperparams`` (field names of dynamic hyperparameters) and ``decays`` (those of them
-    that are decay rates and are kept as ``1 - value`` for precision).
+    that are decay rates and are kept as ``1 - value`` for precision), and keep the values
+    of `init_hyperparams` in a state field named ``hyperparams``.
+
+    Example:
+      A transform of your own, with a dynamic hyperparameter:
+
+      >>> import dataclasses, typing, jax, jax.numpy as jnp, optx
+      >>> class ScaleByFactorState(typing.NamedTuple):
+      ...     hyperparams: dict
+      >>> @dataclasses.dataclass(frozen=True, repr=False)
+      ... class ScaleByFactor(optx.Transform):
+      ...     name = "scale_by_factor"
+      ...     hyperparams = ("factor",)
+      ...     factor: float = 2.0
+      ...
+      ...     def init(self, params):
+      ...         return ScaleByFactorState(self.init_hyperparams())
+      ...
+      ...     def update(self, updates, state, params=None, **extra):
+      ...         f = state.hyperparams["factor"]
+      ...         return jax.tree.map(lambda u: (u * f).astype(u.dtype), updates), state
+      >>> tx = ScaleByFactor(3.0)
+      >>> tx
+      scale_by_factor(factor=3.0)
+      >>> state = optx.set_hyperparams(tx.init(None), factor=0.5)
+      >>> tx.update({"w": jnp.ones(2)}, state)[0]
+      {'w': Array([0.5, 0.5], dtype=float32)}
     """
 
     __slots__ = ()
@@ -91,7 +125,11 @@ class Transform:
                 # A transform holds Python floats only (hashable, no arrays: DESIGN D1).
                 object.__setattr__(self, field, hp.validate(self.name, field, value))
 
-    def _init_hyperparams(self) -> dict[str, jax.Array]:
+    def hyperparam_names(self) -> tuple[str, ...]:
+        """The names under which this transform's dynamic hyperparameters sit in its state."""
+        return tuple(f for f in self.hyperparams if not callable(getattr(self, f)))
+
+    def init_hyperparams(self) -> dict[str, jax.Array]:
         """The hyperparameters' initial values, as stored in the state."""
         return hp.initial(
             {f: getattr(self, f) for f in self.hyperparams if not callable(getattr(self, f))},
@@ -104,9 +142,9 @@ class Transform:
             if not field.repr:
                 continue
             value = getattr(self, field.name)
-            if field.default is not dataclasses.MISSING and value == field.default:
-                if not isinstance(value, jax.Array):
-                    continue
+            shown = field.name in self.hyperparams or field.default is dataclasses.MISSING
+            if not shown and value == field.default:
+                continue
             args.append(f"{field.name}={_short_repr(value)}")
         return f"{self.name}({', '.join(args)})"
 
@@ -221,8 +259,9 @@ class SetToZero(Transform):
         self, updates: Updates, state: OptState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, OptState]:
         del params, extra
-        return jax.tree.map(lambda u: None if u is None else jnp.zeros_like(u), updates,
-                            is_leaf=is_none), state
+        return jax.tree.map(
+            lambda u: None if u is None else jnp.zeros_like(u), updates, is_leaf=is_none
+        ), state
 
 
 def set_to_zero() -> SetToZero:

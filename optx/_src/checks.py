@@ -19,8 +19,8 @@ _FLOAT_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
 _SHOWN = 5
 
 
-def _listing(names: list[str]) -> str:
-    shown = ", ".join(repr(n) for n in names[:_SHOWN])
+def _listing(names: list[str], quote: bool = True) -> str:
+    shown = ", ".join(repr(n) if quote else n for n in names[:_SHOWN])
     return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
 
 
@@ -30,13 +30,13 @@ def float_params(api: str, params: Any, what: str = "params") -> None:
     for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
         dtype = jnp.result_type(leaf) if _is_arraylike(leaf) else None
         if dtype is None or not any(dtype == d for d in _FLOAT_DTYPES):
-            shown = dtype.name if dtype is not None else type(leaf).__name__
-            bad.append(f"{path_name(path) or '<root>'} ({shown})")
+            shown = f"dtype {dtype.name}" if dtype is not None else f"type {type(leaf).__name__}"
+            bad.append(f"{what}[{path_name(path)!r}] of {shown}")
     if bad:
         raise TypeError(
             f"`{api}` needs floating-point {what} (float16, bfloat16, float32 or float64). "
-            f"Received: {_listing(bad)}. Keep other leaves out of the optimised tree, or "
-            f"route them to `optx.set_to_zero()` with `optx.partition`."
+            f"Received: {_listing(bad, quote=False)}. Keep other leaves out of the optimised "
+            f"tree, or route them to `optx.set_to_zero()` with `optx.partition`."
         )
 
 
@@ -101,7 +101,9 @@ def nonneg_int(api: str, name: str, value: Any, minimum: int = 0) -> int:
     """Checks a structural integer option."""
     api = current(api)
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"`{api}` needs {name} to be an int >= {minimum}. Received: {name}={value!r}.")
+        raise ValueError(
+            f"`{api}` needs {name} to be an int >= {minimum}. Received: {name}={value!r}."
+        )
     return int(value)
 
 

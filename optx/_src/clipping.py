@@ -29,7 +29,7 @@ class _Clip(Transform):
 
     def init(self, params: Params) -> ClipState:
         del params
-        return ClipState(self._init_hyperparams())
+        return ClipState(self.init_hyperparams())
 
 
 @transform
@@ -49,10 +49,10 @@ class Clip(_Clip):
 
 
 def clip(max_delta: float) -> Clip:
-    """Clips every element of the updates to :math:`[-\\delta, \\delta]` (Keras ``clipvalue``).
+    r"""Clips every element of the updates to :math:`[-\delta, \delta]` (Keras ``clipvalue``).
 
     Args:
-      max_delta: :math:`\\delta \\ge 0` (a dynamic hyperparameter, ``"max_delta"``).
+      max_delta: :math:`\delta \ge 0` (a dynamic hyperparameter, ``"max_delta"``).
 
     Returns:
       The transform.
@@ -94,20 +94,20 @@ class ClipByNorm(_Clip):
 
 
 def clip_by_norm(max_norm: float) -> ClipByNorm:
-    """Clips each leaf to an L2 norm of at most ``max_norm`` (Keras ``clipnorm``).
+    r"""Clips each leaf to an L2 norm of at most ``max_norm`` (Keras ``clipnorm``).
 
-    .. math:: u \\leftarrow u \\cdot c / \\max(\\lVert u \\rVert_2, c)
+    .. math:: u \leftarrow u \cdot c / \max(\lVert u \rVert_2, c)
 
     computed per leaf (per variable), unlike `clip_by_global_norm`.
 
     Args:
-      max_norm: :math:`c \\ge 0` (a dynamic hyperparameter, ``"max_norm"``).
+      max_norm: :math:`c > 0` (a dynamic hyperparameter, ``"max_norm"``).
 
     Returns:
       The transform.
 
     Raises:
-      ValueError: ``max_norm`` is negative or non-finite.
+      ValueError: ``max_norm`` is not positive and finite.
 
     Example:
       >>> import jax.numpy as jnp, optx
@@ -141,20 +141,20 @@ class ClipByGlobalNorm(_Clip):
 
 
 def clip_by_global_norm(max_norm: float) -> ClipByGlobalNorm:
-    """Rescales all updates together so that their global L2 norm is at most ``max_norm``.
+    r"""Rescales all updates together so that their global L2 norm is at most ``max_norm``.
 
-    .. math:: u \\leftarrow u \\cdot c / \\lVert u \\rVert \\quad \\text{if }
-       \\lVert u \\rVert \\ge c, \\qquad \\lVert u \\rVert = \\sqrt{\\textstyle\\sum_\\text{leaves}
-       \\sum u^2}
+    .. math:: u \leftarrow u \cdot c / \lVert u \rVert \quad \text{if }
+       \lVert u \rVert \ge c, \qquad \lVert u \rVert = \sqrt{\textstyle\sum_\text{leaves}
+       \sum u^2}
 
     Args:
-      max_norm: :math:`c \\ge 0` (a dynamic hyperparameter, ``"max_norm"``).
+      max_norm: :math:`c > 0` (a dynamic hyperparameter, ``"max_norm"``).
 
     Returns:
       The transform.
 
     Raises:
-      ValueError: ``max_norm`` is negative or non-finite.
+      ValueError: ``max_norm`` is not positive and finite.
 
     Example:
       >>> import jax.numpy as jnp, optx
@@ -191,18 +191,18 @@ class ClipByBlockRMS(_Clip):
 
 
 def clip_by_block_rms(threshold: float) -> ClipByBlockRMS:
-    """Rescales each leaf so that its root mean square is at most ``threshold``.
+    r"""Rescales each leaf so that its root mean square is at most ``threshold``.
 
-    .. math:: u \\leftarrow u / \\max(1, \\mathrm{rms}(u) / t)
+    .. math:: u \leftarrow u / \max(1, \mathrm{rms}(u) / t)
 
     Args:
-      threshold: :math:`t \\ge 0` (a dynamic hyperparameter, ``"threshold"``).
+      threshold: :math:`t > 0` (a dynamic hyperparameter, ``"threshold"``).
 
     Returns:
       The transform.
 
     Raises:
-      ValueError: ``threshold`` is negative or non-finite.
+      ValueError: ``threshold`` is not positive and finite.
 
     Example:
       >>> import jax.numpy as jnp, optx

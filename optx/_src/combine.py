@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -13,7 +13,7 @@ import jax
 from optx._src import checks
 from optx._src.base import GradientTransformationLike, OptState, Params, Transform, Updates
 from optx._src.base import transform as _transform
-from optx._src.tree import is_none, path_name
+from optx._src.tree import is_none, is_param, path_name
 
 
 def accepts_extra(tx: Any) -> bool:
@@ -190,7 +190,9 @@ class Frozen:
     __slots__ = ("leaves", "treedef")
 
     def __init__(self, tree: Any) -> None:
-        if isinstance(tree, dict) and not any(isinstance(v, Mapping | list | tuple) for v in tree.values()):
+        if isinstance(tree, dict) and not any(
+            isinstance(v, Mapping | list | tuple) for v in tree.values()
+        ):
             self.treedef, self.leaves = None, tuple(tree.items())
             return
         leaves, self.treedef = jax.tree.flatten(tree)
@@ -264,10 +266,10 @@ def _broadcast(api: str, what: str, prefix: Any, tree: Any) -> Any:
 
 def resolve_mask(api: str, mask: Any, tree: Any) -> Any:
     """The tree of bools that ``mask`` gives for ``tree``."""
-    if isinstance(mask, tuple) and all(isinstance(m, str) for m in mask):
+    if isinstance(mask, tuple):
         patterns = [re.compile(m) for m in mask]
         return jax.tree_util.tree_map_with_path(
-            lambda p, _: any(r.search(path_name(p)) for r in patterns), tree, is_leaf=is_none
+            lambda p, _: any(r.search(path_name(p)) for r in patterns), tree, is_leaf=is_param
         )
     if isinstance(mask, Frozen):
         return _broadcast(api, "mask", mask.tree, tree)
@@ -314,9 +316,7 @@ class Masked(Transform):
             inner_params,
             extra,
         )
-        merged = jax.tree.map(
-            lambda m, n, u: n if m else u, mask, new, updates, is_leaf=is_none
-        )
+        merged = jax.tree.map(lambda m, n, u: n if m else u, mask, new, updates, is_leaf=is_none)
         return merged, MaskedState(inner_state)
 
 
@@ -379,7 +379,7 @@ class Partition(Transform):
     def labels(self, params: Params) -> Any:
         """The label of each leaf of ``params``."""
         spec = self.param_labels
-        raw = spec(params) if not isinstance(spec, Frozen) else spec.tree
+        raw = spec.tree if isinstance(spec, Frozen) else spec(params)
         known = {label for label, _ in self.transforms}
         try:
             labels = _broadcast("partition", "param_labels", raw, params)
@@ -393,7 +393,7 @@ class Partition(Transform):
             path, label = unknown[0]
             raise ValueError(
                 f"`partition` needs a transform for every label. Received: label {label!r} "
-                f"(of parameter {path!r}) but transforms for {sorted(map(repr, known))}."
+                f"(of parameter {path!r}) but transforms only for {sorted(known, key=repr)}."
             )
         return labels
 
@@ -432,7 +432,11 @@ def _equals(labels: Any, label: Hashable) -> Any:
 
 
 def _is_regex_map(raw: Any) -> bool:
-    return isinstance(raw, Mapping) and all(isinstance(k, str) for k in raw)
+    return (
+        isinstance(raw, Mapping)
+        and all(isinstance(k, str) for k in raw)
+        and not any(isinstance(v, Mapping | list | tuple) for v in raw.values())
+    )
 
 
 def _labels_from_regex(api: str, regexes: Mapping[str, Hashable], params: Params) -> Any:
@@ -449,7 +453,7 @@ def _labels_from_regex(api: str, regexes: Mapping[str, Hashable], params: Params
             f"{list(regexes)}. Add a catch-all such as '.*'."
         )
 
-    return jax.tree_util.tree_map_with_path(label, params, is_leaf=is_none)
+    return jax.tree_util.tree_map_with_path(label, params, is_leaf=is_param)
 
 
 def partition(
@@ -488,7 +492,9 @@ def partition(
             f"`partition` needs transforms to be a non-empty mapping from label to transform. "
             f"Received: transforms={transforms!r}."
         )
-    return Partition(tuple(transforms.items()), param_labels)
+    # Labels are disjoint, so their order does not matter: sorting makes equal partitions
+    # equal (and hash-equal) however their dicts were written.
+    return Partition(tuple(sorted(transforms.items(), key=lambda kv: repr(kv[0]))), param_labels)
 
 
 multi_transform = partition

@@ -10,9 +10,16 @@ from jax.typing import DTypeLike
 
 from optx._src import checks
 from optx._src import hyperparams as hp
-from optx._src.base import OptState, Params, Transform, Updates, find_states, safe_increment
+from optx._src.base import (
+    OptState,
+    Params,
+    Transform,
+    Updates,
+    find_states,
+    safe_increment,
+    zero_count,
+)
 from optx._src.base import transform as _transform
-from optx._src.base import zero_count
 
 
 class EmaParamsState(NamedTuple):
@@ -53,8 +60,12 @@ class EmaParams(Transform):
 
     def init(self, params: Params) -> EmaParamsState:
         checks.float_params(f"{self.name}.init", params)
-        ema = jax.tree.map(lambda p: jnp.asarray(p, self.ema_dtype or jnp.result_type(p)), params)
-        return EmaParamsState(zero_count(), ema, self._init_hyperparams())
+        # A copy, never the parameters' own buffers: a step that donates both the
+        # parameters and the state would otherwise donate one buffer twice.
+        ema = jax.tree.map(
+            lambda p: jnp.array(p, self.ema_dtype or jnp.result_type(p), copy=True), params
+        )
+        return EmaParamsState(zero_count(), ema, self.init_hyperparams())
 
     def update(
         self, updates: Updates, state: EmaParamsState, params: Params | None = None, **extra: Any
@@ -94,19 +105,19 @@ def ema_params(
     start: Literal["initial", "first_step"] = "initial",
     ema_dtype: DTypeLike | None = None,
 ) -> EmaParams:
-    """Keeps an exponential moving average of the parameters in the state.
+    r"""Keeps an exponential moving average of the parameters in the state.
 
     Put it last in a chain: it reads the parameters and the final updates, and averages
     the parameters as they are after this step,
 
-    .. math:: \\bar\\theta \\leftarrow \\mu\\,\\bar\\theta + (1 - \\mu)\\,(\\theta + u).
+    .. math:: \bar\theta \leftarrow \mu\,\bar\theta + (1 - \mu)\,(\theta + u).
 
     The updates pass unchanged, except every ``overwrite_frequency``-th step, when they are
-    replaced by :math:`\\bar\\theta - \\theta` so that the parameters become the average
+    replaced by :math:`\bar\theta - \theta` so that the parameters become the average
     (to float round-off). Read the average with `ema_params_value`.
 
     Args:
-      momentum: :math:`\\mu \\in [0, 1]` (a dynamic hyperparameter, ``"momentum"``);
+      momentum: :math:`\mu \in [0, 1]` (a dynamic hyperparameter, ``"momentum"``);
         ``1`` keeps the starting weights, ``0`` tracks the weights.
       overwrite_frequency: overwrite the parameters with the average after every N-th
         step; ``None`` never does.

@@ -48,7 +48,7 @@ class UnscaleGradients(Transform):
 
     def init(self, params: Params) -> UnscaleGradientsState:
         del params
-        return UnscaleGradientsState(self._init_hyperparams())
+        return UnscaleGradientsState(self.init_hyperparams())
 
     def update(
         self,
@@ -66,7 +66,7 @@ class UnscaleGradients(Transform):
 
 
 def unscale_gradients(loss_scale_factor: float) -> UnscaleGradients:
-    """Divides the gradients by the loss-scale factor: :math:`g \\leftarrow g / s`.
+    r"""Divides the gradients by the loss-scale factor: :math:`g \leftarrow g / s`.
 
     Gradients of ``scale_loss(loss, s)`` are ``s`` times too large; put this first in the
     chain (Keras's ``loss_scale_factor``) so clipping and the rest see true gradients.

@@ -34,22 +34,34 @@ class Trace(Transform):
     decay: float = 0.9
     nesterov: bool = False
     accumulator_dtype: Any = None
+    # The name the decay goes by in the state: `sgd` calls it "momentum", as its argument.
+    hyperparam_name: str = "decay"
 
     def __post_init__(self) -> None:
+        # Validated under the name the user gave it ("momentum" for `sgd`).
+        decay = hp.validate(self.name, self.hyperparam_name, self.decay)
+        object.__setattr__(self, "decay", decay)
         super().__post_init__()
         dtype = checks.dtype_option(self.name, "accumulator_dtype", self.accumulator_dtype)
         object.__setattr__(self, "accumulator_dtype", dtype)
 
+    def hyperparam_names(self) -> tuple[str, ...]:
+        """The names under which this transform's dynamic hyperparameters sit in its state."""
+        return (self.hyperparam_name,)
+
+    def init_hyperparams(self) -> dict[str, jax.Array]:
+        return hp.initial({self.hyperparam_name: self.decay}, ())
+
     def init(self, params: Params) -> TraceState:
         checks.float_params(f"{self.name}.init", params)
-        return TraceState(zeros_like(params, self.accumulator_dtype), self._init_hyperparams())
+        return TraceState(zeros_like(params, self.accumulator_dtype), self.init_hyperparams())
 
     def update(
         self, updates: Updates, state: TraceState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, TraceState]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.trace, "updates", "the state")
-        d = state.hyperparams["decay"]
+        d = state.hyperparams[self.hyperparam_name]
 
         def leaf(g: jax.Array, t: jax.Array) -> tuple[jax.Array, jax.Array]:
             new_t = g + d * t
@@ -73,14 +85,14 @@ def _unzip(pairs: Any, like: Any) -> tuple[Any, Any]:
 def trace(
     decay: float, nesterov: bool = False, accumulator_dtype: DTypeLike | None = None
 ) -> Trace:
-    """Momentum: accumulates a trace of past updates.
+    r"""Momentum: accumulates a trace of past updates.
 
     .. math::
-       t \\leftarrow g + \\mu\\,t, \\qquad u = t \\ \\text{(or } g + \\mu\\,t
-       \\text{ with Nesterov)}
+       t \leftarrow g + \mu\,t, \qquad u = t \ \text{(or } g + \mu\,t
+       \text{ with Nesterov)}
 
     Args:
-      decay: :math:`\\mu \\in [0, 1]` (a dynamic hyperparameter, ``"decay"``).
+      decay: :math:`\mu \in [0, 1]` (a dynamic hyperparameter, ``"decay"``).
       nesterov: use Nesterov's accelerated gradient.
       accumulator_dtype: dtype of the trace; ``None`` uses each parameter's dtype.
 
@@ -135,7 +147,7 @@ class Ema(Transform):
     def init(self, params: Params) -> EmaState:
         checks.float_params(f"{self.name}.init", params)
         return EmaState(
-            zero_count(), zeros_like(params, self.accumulator_dtype), self._init_hyperparams()
+            zero_count(), zeros_like(params, self.accumulator_dtype), self.init_hyperparams()
         )
 
     def update(
@@ -148,7 +160,7 @@ class Ema(Transform):
         count = safe_increment(state.count)
         new = jax.tree.map(lambda g, t: c * g + d * t, updates, state.ema)
         if self.debias:
-            correction = 1 - d**count
+            correction = hp.bias_correction(state.hyperparams, "decay", count)
             out = jax.tree.map(lambda t, g: (t / correction).astype(g.dtype), new, updates)
         else:
             out = jax.tree.map(lambda t, g: t.astype(g.dtype), new, updates)
@@ -157,15 +169,15 @@ class Ema(Transform):
 
 
 def ema(decay: float, debias: bool = True, accumulator_dtype: DTypeLike | None = None) -> Ema:
-    """An exponential moving average of the updates (not of the parameters: `ema_params`).
+    r"""An exponential moving average of the updates (not of the parameters: `ema_params`).
 
     .. math::
-       m \\leftarrow (1 - \\beta)\\,g + \\beta\\,m, \\qquad u = m / (1 - \\beta^t)
-       \\ \\text{(debiased)}
+       m \leftarrow (1 - \beta)\,g + \beta\,m, \qquad u = m / (1 - \beta^t)
+       \ \text{(debiased)}
 
     Args:
-      decay: :math:`\\beta \\in [0, 1]` (a dynamic hyperparameter, ``"decay"``).
-      debias: divide by :math:`1 - \\beta^t` so early averages are not biased to zero.
+      decay: :math:`\beta \in [0, 1]` (a dynamic hyperparameter, ``"decay"``).
+      debias: divide by :math:`1 - \beta^t` so early averages are not biased to zero.
       accumulator_dtype: dtype of the average; ``None`` uses each parameter's dtype.
 
     Returns:
@@ -182,4 +194,3 @@ def ema(decay: float, debias: bool = True, accumulator_dtype: DTypeLike | None =
       {'w': Array([1.], dtype=float32)}
     """
     return Ema(decay, debias, accumulator_dtype)
-

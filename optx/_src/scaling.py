@@ -9,7 +9,6 @@ import jax.numpy as jnp
 
 from optx._src import hyperparams as hp
 from optx._src.base import (
-    OptState,
     Params,
     ScalarOrSchedule,
     Schedule,
@@ -45,7 +44,7 @@ class Scale(Transform):
 
     def init(self, params: Params) -> ScaleState:
         del params
-        return ScaleState(self._init_hyperparams())
+        return ScaleState(self.init_hyperparams())
 
     def update(
         self, updates: Updates, state: ScaleState, params: Params | None = None, **extra: Any
@@ -55,7 +54,7 @@ class Scale(Transform):
 
 
 def scale(step_size: float) -> Scale:
-    """Multiplies updates by ``step_size``: :math:`u \\leftarrow s\\,u`.
+    r"""Multiplies updates by ``step_size``: :math:`u \leftarrow s\,u`.
 
     Args:
       step_size: the factor :math:`s` (a dynamic hyperparameter, ``"step_size"``).
@@ -93,7 +92,7 @@ class ScaleByLearningRate(Transform):
 
     def init(self, params: Params) -> ScaleByLearningRateState:
         del params
-        return ScaleByLearningRateState(zero_count(), self._init_hyperparams())
+        return ScaleByLearningRateState(zero_count(), self.init_hyperparams())
 
     def current(self, state: ScaleByLearningRateState) -> jax.Array:
         """The learning rate of the next step."""
@@ -117,13 +116,13 @@ class ScaleByLearningRate(Transform):
 def scale_by_learning_rate(
     learning_rate: ScalarOrSchedule, *, flip_sign: bool = True
 ) -> ScaleByLearningRate:
-    """Scales updates by the (negated) learning rate: :math:`u \\leftarrow -\\eta_t\\,u`.
+    r"""Scales updates by the (negated) learning rate: :math:`u \leftarrow -\eta_t\,u`.
 
     Args:
-      learning_rate: :math:`\\eta`, a non-negative number (a dynamic hyperparameter,
+      learning_rate: :math:`\eta`, a non-negative number (a dynamic hyperparameter,
         ``"learning_rate"``) or a schedule ``step -> value`` evaluated at the step count
         kept in the state (0 on the first update).
-      flip_sign: multiply by :math:`-\\eta` (descent) rather than :math:`\\eta`.
+      flip_sign: multiply by :math:`-\eta` (descent) rather than :math:`\eta`.
 
     Returns:
       The transform.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import sys
 from typing import Any
 
 import jax
@@ -20,6 +21,18 @@ PyTree = Any
 def is_none(x: Any) -> bool:
     """`is_leaf` predicate that keeps ``None`` leaves (missing gradients) as leaves."""
     return x is None
+
+
+def is_param(x: Any) -> bool:
+    """`is_leaf` predicate for naming parameters: ``None`` and Flax ``nnx.Variable`` are leaves.
+
+    ``nnx.Optimizer`` initialises with Variables (whose array sits at ``.../value``) and
+    updates with plain arrays; stopping at the Variable names both ``"dense/kernel"``.
+    """
+    if x is None:
+        return True
+    nnx = sys.modules.get("flax.nnx")
+    return nnx is not None and isinstance(x, nnx.Variable)
 
 
 def path_name(path: tuple[Any, ...]) -> str:
@@ -113,7 +126,7 @@ def vdot(x: PyTree, y: PyTree) -> jax.Array:
     return functools.reduce(operator.add, parts, jnp.zeros([], jnp.float32))
 
 
-def sum(tree: PyTree) -> jax.Array:  # noqa: A001 - mirrors optax.tree.sum
+def sum(tree: PyTree) -> jax.Array:
     """The sum of every element of every leaf.
 
     Example:
@@ -125,7 +138,7 @@ def sum(tree: PyTree) -> jax.Array:  # noqa: A001 - mirrors optax.tree.sum
     return functools.reduce(operator.add, parts, jnp.zeros([], jnp.float32))
 
 
-def norm(tree: PyTree, ord: int | float | str | None = 2, squared: bool = False) -> jax.Array:  # noqa: A002
+def norm(tree: PyTree, ord: int | float | str | None = 2, squared: bool = False) -> jax.Array:
     """The norm of a tree seen as one flat vector (the "global norm").
 
     Args:
@@ -160,9 +173,7 @@ def norm(tree: PyTree, ord: int | float | str | None = 2, squared: bool = False)
         return functools.reduce(
             jnp.maximum, [jnp.max(jnp.abs(x)) for x in leaves], jnp.zeros([], jnp.float32)
         )
-    raise ValueError(
-        f"`optx.tree.norm` needs ord in (1, 2, 'inf'). Received: ord={ord!r}."
-    )
+    raise ValueError(f"`optx.tree.norm` needs ord in (1, 2, 'inf'). Received: ord={ord!r}.")
 
 
 def zeros_like(tree: PyTree, dtype: DTypeLike | None = None) -> PyTree:

@@ -28,7 +28,7 @@ class AddDecayedWeights(Transform):
 
     def init(self, params: Params) -> AddDecayedWeightsState:
         del params
-        return AddDecayedWeightsState(self._init_hyperparams())
+        return AddDecayedWeightsState(self.init_hyperparams())
 
     def update(
         self,
@@ -52,15 +52,15 @@ class AddDecayedWeights(Transform):
 
 
 def add_decayed_weights(weight_decay: float = 0.0, mask: MaskSpec | None = None) -> Any:
-    """Adds ``weight_decay * params`` to the updates (decoupled weight decay).
+    r"""Adds ``weight_decay * params`` to the updates (decoupled weight decay).
 
-    .. math:: u \\leftarrow u + \\lambda\\,\\theta
+    .. math:: u \leftarrow u + \lambda\,\theta
 
     Placed before the learning rate in a chain, this is AdamW's decay
-    (:math:`\\theta \\leftarrow \\theta - \\eta(\\hat u + \\lambda\\theta)`).
+    (:math:`\theta \leftarrow \theta - \eta(\hat u + \lambda\theta)`).
 
     Args:
-      weight_decay: :math:`\\lambda \\ge 0` (a dynamic hyperparameter, ``"weight_decay"``).
+      weight_decay: :math:`\lambda \ge 0` (a dynamic hyperparameter, ``"weight_decay"``).
       mask: which parameters to decay: a pytree of bools, a callable
         ``params -> pytree of bools``, or regular expression(s) on parameter path names
         (see `masked`). ``None`` decays every parameter.

@@ -61,7 +61,7 @@ class ScaleByAdam(Transform):
             zero_count(),
             zeros_like(params, self.mu_dtype),
             zeros_like(params, self.nu_dtype),
-            self._init_hyperparams(),
+            self.init_hyperparams(),
         )
 
     def update(
@@ -75,17 +75,15 @@ class ScaleByAdam(Transform):
         eps, eps_root = h["eps"], h["eps_root"]
         count = safe_increment(state.count)
         # Bias corrections are scalars, computed once per step rather than per leaf.
-        bc1 = 1 - b1**count
-        bc2 = 1 - b2**count
-        bc1_next = 1 - b1 ** safe_increment(count)
+        bc1 = hp.bias_correction(h, "b1", count)
+        bc2 = hp.bias_correction(h, "b2", count)
+        bc1_next = hp.bias_correction(h, "b1", safe_increment(count))
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
             new_m = c1 * g + b1 * m
             new_v = c2 * jnp.square(g) + b2 * v
-            if self.nesterov:
-                m_hat = b1 * (new_m / bc1_next) + c1 * (g / bc1)
-            else:
-                m_hat = new_m / bc1
+            nesterov = b1 * (new_m / bc1_next) + c1 * (g / bc1) if self.nesterov else None
+            m_hat = new_m / bc1 if nesterov is None else nesterov
             u = m_hat / (jnp.sqrt(new_v / bc2 + eps_root) + eps)
             return u.astype(g.dtype), new_m.astype(m.dtype), new_v.astype(v.dtype)
 
@@ -105,17 +103,17 @@ def scale_by_adam(
     nesterov: bool = False,
     nu_dtype: DTypeLike | None = None,
 ) -> ScaleByAdam:
-    """Rescales updates by Adam's bias-corrected moment estimates.
+    r"""Rescales updates by Adam's bias-corrected moment estimates.
 
     .. math::
-       m_t = \\beta_1 m_{t-1} + (1-\\beta_1) g_t, \\quad
-       v_t = \\beta_2 v_{t-1} + (1-\\beta_2) g_t^2, \\\\
-       \\hat m_t = m_t / (1-\\beta_1^t), \\quad \\hat v_t = v_t / (1-\\beta_2^t), \\quad
-       u_t = \\hat m_t / (\\sqrt{\\hat v_t + \\bar\\epsilon} + \\epsilon)
+       m_t = \beta_1 m_{t-1} + (1-\beta_1) g_t, \quad
+       v_t = \beta_2 v_{t-1} + (1-\beta_2) g_t^2, \\
+       \hat m_t = m_t / (1-\beta_1^t), \quad \hat v_t = v_t / (1-\beta_2^t), \quad
+       u_t = \hat m_t / (\sqrt{\hat v_t + \bar\epsilon} + \epsilon)
 
-    with :math:`\\beta_1` = ``b1``, :math:`\\beta_2` = ``b2``, :math:`\\epsilon` = ``eps``
-    and :math:`\\bar\\epsilon` = ``eps_root``. With ``nesterov=True``,
-    :math:`\\hat m_t = \\beta_1 m_t / (1-\\beta_1^{t+1}) + (1-\\beta_1) g_t / (1-\\beta_1^t)`
+    with :math:`\beta_1` = ``b1``, :math:`\beta_2` = ``b2``, :math:`\epsilon` = ``eps``
+    and :math:`\bar\epsilon` = ``eps_root``. With ``nesterov=True``,
+    :math:`\hat m_t = \beta_1 m_t / (1-\beta_1^{t+1}) + (1-\beta_1) g_t / (1-\beta_1^t)`
     (NAdam). The arithmetic runs in at least float32 whatever the moments' dtypes.
 
     Args:
@@ -158,13 +156,13 @@ def adam(
     *,
     nesterov: bool = False,
 ) -> Chain:
-    """The Adam optimizer: `scale_by_adam` then `scale_by_learning_rate`.
+    r"""The Adam optimizer: `scale_by_adam` then `scale_by_learning_rate`.
 
-    .. math:: \\theta_t = \\theta_{t-1} - \\eta\\,\\hat m_t / (\\sqrt{\\hat v_t +
-       \\bar\\epsilon} + \\epsilon)
+    .. math:: \theta_t = \theta_{t-1} - \eta\,\hat m_t / (\sqrt{\hat v_t +
+       \bar\epsilon} + \epsilon)
 
     Args:
-      learning_rate: :math:`\\eta`, a non-negative number or a schedule.
+      learning_rate: :math:`\eta`, a non-negative number or a schedule.
       b1: decay of the first moment, in [0, 1).
       b2: decay of the second moment, in [0, 1).
       eps: added to the denominator outside the square root.
@@ -212,19 +210,19 @@ def adamw(
     *,
     nesterov: bool = False,
 ) -> Chain:
-    """Adam with decoupled weight decay (AdamW).
+    r"""Adam with decoupled weight decay (AdamW).
 
-    .. math:: \\theta_t = \\theta_{t-1} - \\eta\\,\\bigl(\\hat m_t / (\\sqrt{\\hat v_t +
-       \\bar\\epsilon} + \\epsilon) + \\lambda\\,\\theta_{t-1}\\bigr)
+    .. math:: \theta_t = \theta_{t-1} - \eta\,\bigl(\hat m_t / (\sqrt{\hat v_t +
+       \bar\epsilon} + \epsilon) + \lambda\,\theta_{t-1}\bigr)
 
     Args:
-      learning_rate: :math:`\\eta`, a non-negative number or a schedule.
+      learning_rate: :math:`\eta`, a non-negative number or a schedule.
       b1: decay of the first moment, in [0, 1).
       b2: decay of the second moment, in [0, 1).
       eps: added to the denominator outside the square root.
       eps_root: added inside the square root.
       mu_dtype: dtype of the first moment; ``None`` uses each parameter's dtype.
-      weight_decay: :math:`\\lambda \\ge 0`.
+      weight_decay: :math:`\lambda \ge 0`.
       mask: which parameters to decay (see `add_decayed_weights`); ``None`` decays all.
       nesterov: use Nesterov momentum.
 

@@ -7,7 +7,7 @@ from jax.typing import DTypeLike
 from optx._src import hyperparams as hp
 from optx._src.base import ScalarOrSchedule, identity
 from optx._src.combine import Chain, chain
-from optx._src.momentum import trace
+from optx._src.momentum import Trace
 from optx._src.scaling import scale_by_learning_rate
 
 
@@ -17,15 +17,15 @@ def sgd(
     nesterov: bool = False,
     accumulator_dtype: DTypeLike | None = None,
 ) -> Chain:
-    """Stochastic gradient descent, with optional momentum.
+    r"""Stochastic gradient descent, with optional momentum.
 
     .. math::
-       t \\leftarrow g + \\mu\\,t, \\qquad \\theta \\leftarrow \\theta - \\eta\\,t
-       \\quad (\\theta \\leftarrow \\theta - \\eta\\,(g + \\mu\\,t) \\text{ with Nesterov})
+       t \leftarrow g + \mu\,t, \qquad \theta \leftarrow \theta - \eta\,t
+       \quad (\theta \leftarrow \theta - \eta\,(g + \mu\,t) \text{ with Nesterov})
 
     Args:
-      learning_rate: :math:`\\eta`, a non-negative number or a schedule.
-      momentum: :math:`\\mu \\in [0, 1]`, or ``None`` for plain SGD (no momentum buffer).
+      learning_rate: :math:`\eta`, a non-negative number or a schedule.
+      momentum: :math:`\mu \in [0, 1]`, or ``None`` for plain SGD (no momentum buffer).
       nesterov: use Nesterov momentum.
       accumulator_dtype: dtype of the momentum buffer; ``None`` uses the parameters'.
 
@@ -53,6 +53,6 @@ def sgd(
         return chain(
             identity()
             if momentum is None
-            else trace(momentum, nesterov=nesterov, accumulator_dtype=accumulator_dtype),
+            else Trace(momentum, nesterov, accumulator_dtype, hyperparam_name="momentum"),
             scale_by_learning_rate(learning_rate),
         )

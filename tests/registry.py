@@ -1,0 +1,245 @@
+"""Registry of every public optx transform and optimizer, for `test_conformance.py`.
+
+Each entry is a zero-argument factory with typical arguments. Its key is the public factory
+it exercises (``optx.<name>``), optionally followed by ``/variant``::
+
+    register("sgd/momentum", lambda: optx.sgd(0.1, momentum=0.9))
+
+Adding an optimizer is one `register` line. Pass ``needs_params=True`` when its ``update``
+reads the parameters (the suite checks the flag both ways), and ``repr_prefix`` when its
+``repr`` does not start with ``<name>(`` (optimizers that are chains start with ``chain(``).
+
+Callables given to transforms (schedules, masks, ``stateless`` functions) are module-level
+functions: a transform is equal to another built with the same function object, and a
+lambda written inside a factory would be a new object at every call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+import optx
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One registry entry.
+
+    Attributes:
+      key: ``<public name>`` or ``<public name>/<variant>``.
+      factory: builds the transform; called afresh by every test.
+      needs_params: ``update`` raises without ``params`` (``False``: works without them).
+      repr_prefix: how ``repr`` starts; ``None`` means ``"<public name>("``.
+      unobservable: hyperparameters whose change cannot show in a few steps' updates and
+        state of this configuration (the suite then only checks they do not recompile).
+    """
+
+    key: str
+    factory: Callable[[], optx.Transform]
+    needs_params: bool = False
+    repr_prefix: str | None = None
+    unobservable: tuple[str, ...] = ()
+
+    @property
+    def public(self) -> str:
+        """The public factory this entry exercises."""
+        return self.key.split("/", 1)[0]
+
+    def __call__(self) -> optx.Transform:
+        return self.factory()
+
+
+REGISTRY: dict[str, Entry] = {}
+
+
+def register(
+    key: str,
+    factory: Callable[[], optx.Transform],
+    *,
+    needs_params: bool = False,
+    repr_prefix: str | None = None,
+    unobservable: tuple[str, ...] = (),
+) -> None:
+    """Adds an entry; a key may be registered once."""
+    if key in REGISTRY:
+        raise ValueError(f"registry key {key!r} is registered twice")
+    REGISTRY[key] = Entry(key, factory, needs_params, repr_prefix, unobservable)
+
+
+# Public callables of `optx` that are transform factories but need arguments; the
+# completeness test calls every other public function with no arguments to find the
+# factories, and fails on a function with required arguments listed in neither set.
+FACTORIES_WITH_ARGS = frozenset(
+    {
+        "accumulate_gradients",
+        "adam",
+        "adamw",
+        "apply_if_finite",
+        "clip",
+        "clip_by_block_rms",
+        "clip_by_global_norm",
+        "clip_by_norm",
+        "ema",
+        "masked",
+        "multi_transform",
+        "partition",
+        "scale",
+        "scale_by_learning_rate",
+        "scale_by_schedule",
+        "sgd",
+        "stateless",
+        "trace",
+        "unscale_gradients",
+    }
+)
+
+# Public callables of `optx` that are not transform factories.
+NOT_FACTORIES = frozenset(
+    {
+        "apply_updates",
+        "ema_params_value",
+        "get_hyperparams",
+        "scale_loss",
+        "set_hyperparams",
+    }
+)
+
+
+# Module-level callables (see the module docstring).
+def warmup_schedule(count: jax.Array) -> jax.Array:
+    """0.05, 0.1, 0.15, ... capped at 0.2."""
+    return jnp.minimum(0.05 * (count + 1), 0.2)
+
+
+def inverse_schedule(count: jax.Array) -> jax.Array:
+    """1 / (count + 1)."""
+    return 1.0 / (count + 1.0)
+
+
+def double(updates: optx.Updates, params: optx.Params | None) -> optx.Updates:
+    """A ``stateless`` function: twice the updates."""
+    del params
+    return jax.tree.map(lambda u: 2 * u, updates)
+
+
+def matrices(params: optx.Params) -> optx.Params:
+    """A mask callable: the leaves of rank >= 2."""
+    return jax.tree.map(lambda p: jnp.ndim(p) >= 2, params)
+
+
+# Scaling.
+register("scale", lambda: optx.scale(-0.1))
+register("scale_by_learning_rate", lambda: optx.scale_by_learning_rate(0.1))
+register("scale_by_learning_rate/schedule", lambda: optx.scale_by_learning_rate(warmup_schedule))
+register(
+    "scale_by_learning_rate/no_flip", lambda: optx.scale_by_learning_rate(0.1, flip_sign=False)
+)
+register("scale_by_schedule", lambda: optx.scale_by_schedule(inverse_schedule))
+register("unscale_gradients", lambda: optx.unscale_gradients(8.0))
+
+# Clipping and centralisation.
+register("clip", lambda: optx.clip(1.0))
+register("clip_by_norm", lambda: optx.clip_by_norm(1.0))
+register("clip_by_global_norm", lambda: optx.clip_by_global_norm(1.0))
+register("clip_by_block_rms", lambda: optx.clip_by_block_rms(1.0))
+register("centralize", optx.centralize)
+
+# Weight decay.
+register("add_decayed_weights", lambda: optx.add_decayed_weights(1e-2), needs_params=True)
+register(
+    "add_decayed_weights/mask",
+    lambda: optx.add_decayed_weights(1e-2, mask="kernel"),
+    needs_params=True,
+    repr_prefix="masked(",
+)
+
+# Moving averages of the updates.
+register("trace", lambda: optx.trace(0.9))
+register("trace/nesterov", lambda: optx.trace(0.9, nesterov=True))
+register("trace/f32_accumulator", lambda: optx.trace(0.9, accumulator_dtype=jnp.float32))
+register("ema", lambda: optx.ema(0.9))
+register("ema/no_debias", lambda: optx.ema(0.9, debias=False))
+
+# Combinators.
+register("identity", optx.identity)
+register("set_to_zero", optx.set_to_zero)
+register("stateless", lambda: optx.stateless(double))
+register(
+    "chain",
+    lambda: optx.chain(optx.clip_by_global_norm(1.0), optx.scale_by_adam(), optx.scale(-0.1)),
+)
+register("chain/empty", optx.chain)
+register(
+    "named_chain",
+    lambda: optx.named_chain(("clip", optx.clip(1.0)), ("sgd", optx.sgd(0.1, momentum=0.9))),
+)
+register("masked", lambda: optx.masked(optx.trace(0.9), "kernel"))
+register("masked/callable", lambda: optx.masked(optx.scale_by_adam(), matrices))
+register(
+    "masked/tree",
+    lambda: optx.masked(
+        optx.ema(0.5), {"dense": {"kernel": True, "bias": False}, "layers": True, "scale": False}
+    ),
+)
+register(
+    "partition",
+    lambda: optx.partition(
+        {"sgd": optx.sgd(0.1, momentum=0.9), "adam": optx.adam(1e-2)},
+        {"kernel": "sgd", ".*": "adam"},
+    ),
+)
+register(
+    "multi_transform",
+    lambda: optx.multi_transform(
+        {"train": optx.adamw(1e-2), "freeze": optx.set_to_zero()},
+        {"dense": "train", "layers": "train", "scale": "freeze"},
+    ),
+    needs_params=True,
+    repr_prefix="partition(",
+)
+register("apply_if_finite", lambda: optx.apply_if_finite(optx.sgd(0.1, momentum=0.9), 3))
+register("zero_nans", optx.zero_nans)
+register("accumulate_gradients", lambda: optx.accumulate_gradients(optx.adam(1e-2), every_k=2))
+register(
+    "accumulate_gradients/f32_accumulator",
+    lambda: optx.accumulate_gradients(optx.sgd(0.1), every_k=2, accumulator_dtype=jnp.float32),
+)
+
+# EMA of the parameters.
+register("ema_params", lambda: optx.ema_params(0.9), needs_params=True)
+register(
+    "ema_params/first_step",
+    lambda: optx.ema_params(0.9, start="first_step"),
+    needs_params=True,
+)
+register(
+    "ema_params/overwrite",
+    lambda: optx.ema_params(0.9, overwrite_frequency=2),
+    needs_params=True,
+)
+
+# Optimizers and their building blocks.
+register("sgd", lambda: optx.sgd(0.1), repr_prefix="chain(")
+register("sgd/momentum", lambda: optx.sgd(0.1, momentum=0.9), repr_prefix="chain(")
+register("sgd/nesterov", lambda: optx.sgd(0.1, momentum=0.9, nesterov=True), repr_prefix="chain(")
+register("sgd/schedule", lambda: optx.sgd(warmup_schedule, momentum=0.5), repr_prefix="chain(")
+register("scale_by_adam", optx.scale_by_adam)
+register("scale_by_adam/nesterov", lambda: optx.scale_by_adam(nesterov=True))
+register(
+    "scale_by_adam/f32_moments",
+    lambda: optx.scale_by_adam(mu_dtype=jnp.float32, nu_dtype=jnp.float32),
+)
+register("adam", lambda: optx.adam(1e-2), repr_prefix="chain(")
+register("adam/nesterov", lambda: optx.adam(1e-2, nesterov=True), repr_prefix="chain(")
+register("adam/schedule", lambda: optx.adam(warmup_schedule, eps_root=1e-8), repr_prefix="chain(")
+register("adamw", lambda: optx.adamw(1e-2), needs_params=True, repr_prefix="chain(")
+register(
+    "adamw/mask",
+    lambda: optx.adamw(1e-2, weight_decay=0.1, mask="kernel"),
+    needs_params=True,
+    repr_prefix="chain(",
+)

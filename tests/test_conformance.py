@@ -1,0 +1,393 @@
+"""Conformance suite: every registered transform and optimizer keeps optx's contract.
+
+Parametrised over `registry.REGISTRY` (a new transform is not done until it is registered
+there). Each entry runs a few steps on a small nested pytree of parameters with
+deterministic gradients and must show: jit equals eager; updates in the parameters' dtypes
+(float32, bfloat16, mixed); a state whose structure, shapes and dtypes do not change; no
+recompilation on the second step nor on a hyperparameter change (which changes the result);
+extra keyword arguments accepted; the same numbers inside `optx.chain` and `optax.chain`;
+equality and hashing by configuration; a `repr` named after its factory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import optx
+
+try:
+    from tests import registry
+except ImportError:  # tests/ is not a package: pytest put it on sys.path.
+    import registry
+
+ENTRIES = list(registry.REGISTRY.values())
+IDS = [e.key for e in ENTRIES]
+STEPS = 3
+DTYPES = ("float32", "bfloat16", "mixed")
+# Jit against eager: XLA may fuse or reorder float32 arithmetic, nothing more.
+RTOL, ATOL = 1e-6, 1e-7
+
+parametrize_entries = pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+
+
+# ---------------------------------------------------------------------------------------
+# Data: a nested tree (dict with a nested dict and a list; matrices, vectors, a scalar).
+
+
+def _array(rng: np.random.RandomState, shape: tuple[int, ...], scale: float) -> np.ndarray:
+    return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+
+def _tree(seed: int, scale: float) -> dict[str, Any]:
+    rng = np.random.RandomState(seed)
+    return {
+        "dense": {"kernel": _array(rng, (3, 4), scale), "bias": _array(rng, (4,), scale)},
+        "layers": [{"w": _array(rng, (2, 3), scale)}, _array(rng, (5,), scale)],
+        "scale": _array(rng, (), scale),
+    }
+
+
+def _cast(tree: Any, dtype: str) -> Any:
+    """The tree in ``dtype``; "mixed" puts the dense layer in bfloat16, the rest in float32."""
+    if dtype != "mixed":
+        return jax.tree.map(lambda x: jnp.asarray(x, dtype), tree)
+    return {k: _cast(v, "bfloat16" if k == "dense" else "float32") for k, v in tree.items()}
+
+
+def make_params(dtype: str = "float32") -> Any:
+    return _cast(_tree(0, 1.0), dtype)
+
+
+def make_grads(dtype: str = "float32", steps: int = STEPS) -> list[Any]:
+    # Scale 2: some elements exceed 1 and the global norm exceeds 1, so clipping acts.
+    return [_cast(_tree(100 + t, 2.0), dtype) for t in range(steps)]
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers.
+
+
+@functools.cache
+def jitted_update(key: str) -> Callable[..., Any]:
+    """One jitted ``update`` per entry, shared by the tests (compile once, count deltas)."""
+    tx = registry.REGISTRY[key]()
+    return jax.jit(lambda g, s, p: tx.update(g, s, p))
+
+
+@functools.cache
+def eager_run(key: str) -> tuple[list[Any], list[Any]]:
+    """The updates and states of `STEPS` eager steps of an entry, shared by the tests."""
+    tx = registry.REGISTRY[key]()
+    params = make_params()
+    with jax.numpy_rank_promotion("raise"):  # no accidental broadcasting either
+        return run(tx.update, tx.init(params), params, make_grads())
+
+
+def cache_size(jitted: Callable[..., Any]) -> int:
+    """How many programs ``jax.jit`` has compiled for ``jitted``."""
+    return jitted._cache_size()  # type: ignore[attr-defined]
+
+
+def run(
+    update: Callable[..., Any], state: Any, params: Any, grads: list[Any], **extra: Any
+) -> tuple[list[Any], list[Any]]:
+    """A few steps of ``update``, applying the updates; returns the updates and states."""
+    all_updates, states = [], []
+    for g in grads:
+        updates, state = update(g, state, params, **extra)
+        params = optx.apply_updates(params, updates)
+        all_updates.append(updates)
+        states.append(state)
+    return all_updates, states
+
+
+def signature(tree: Any) -> tuple[Any, dict[str, tuple[Any, ...]]]:
+    """Structure and (shape, dtype, weak type) by leaf path: what decides a recompilation."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    return treedef, {
+        jax.tree_util.keystr(path): (
+            jnp.shape(x),
+            jnp.result_type(x),
+            bool(getattr(x, "weak_type", False)),
+        )
+        for path, x in flat
+    }
+
+
+def without_hyperparams(state: Any) -> list[Any]:
+    """The leaves of ``state`` outside its ``hyperparams`` dicts."""
+    return [
+        leaf
+        for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]
+        if not any(getattr(k, "name", None) == "hyperparams" for k in path)
+    ]
+
+
+def all_close(a: Any, b: Any) -> bool:
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    return len(la) == len(lb) and all(
+        np.allclose(np.asarray(x, np.float64), np.asarray(y, np.float64), rtol=1e-6, atol=0)
+        for x, y in zip(la, lb, strict=True)
+    )
+
+
+def sub_transforms(tx: Any) -> Iterator[optx.Transform]:
+    """``tx`` and every optx transform nested in its configuration."""
+    if isinstance(tx, optx.Transform):
+        yield tx
+        for field in dataclasses.fields(tx):  # type: ignore[arg-type]
+            yield from sub_transforms(getattr(tx, field.name))
+    elif isinstance(tx, tuple | list):
+        for item in tx:
+            yield from sub_transforms(item)
+
+
+# A changed value for each hyperparameter name, chosen to show in a few steps. Names not
+# listed get ``0.5 * old`` (or 0.1), valid for the usual ranges; add a line for a new name
+# when that is not right.
+NEW_VALUES: dict[str, Callable[[float], float]] = {
+    "learning_rate": lambda v: 3 * v + 0.05,
+    "b1": lambda v: 0.5 if v != 0.5 else 0.7,
+    "b2": lambda v: 0.5 if v != 0.5 else 0.7,
+    "decay": lambda v: 0.5 if v != 0.5 else 0.7,
+    "momentum": lambda v: 0.5 if v != 0.5 else 0.7,
+    "eps": lambda v: v + 0.5,
+    "eps_root": lambda v: v + 0.5,
+    "weight_decay": lambda v: v + 0.5,
+    "max_delta": lambda v: v / 20,
+    "max_norm": lambda v: v / 20,
+    "threshold": lambda v: v / 20,
+    "loss_scale_factor": lambda v: 4 * v,
+    "step_size": lambda v: 3 * v if v else 1.0,
+}
+
+
+def new_value(name: str, old: float) -> float:
+    rule = NEW_VALUES.get(name.rsplit("/", 1)[-1], lambda v: 0.5 * v if v else 0.1)
+    return rule(old)
+
+
+# ---------------------------------------------------------------------------------------
+# The contract.
+
+
+@parametrize_entries
+def test_builds_a_transform(entry: registry.Entry) -> None:
+    tx = entry()
+    assert isinstance(tx, optx.Transform)
+    assert isinstance(tx, optx.GradientTransformationLike)
+    init, update = tx  # optax's tuple unpacking
+    assert init == tx.init and update == tx.update
+
+
+@parametrize_entries
+def test_jit_equals_eager(entry: registry.Entry) -> None:
+    tx = entry()
+    params, grads = make_params(), make_grads()
+    jitted = run(jitted_update(entry.key), tx.init(params), params, grads)
+    chex.assert_trees_all_close(jitted, eager_run(entry.key), rtol=RTOL, atol=ATOL)
+
+
+@parametrize_entries
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dtypes_and_state_are_stable(entry: registry.Entry, dtype: str) -> None:
+    tx = entry()
+    params = make_params(dtype)
+    state = tx.init(params)
+    expected = signature(state)
+    updates, states = run(jitted_update(entry.key), state, params, make_grads(dtype))
+    for step, (u, s) in enumerate(zip(updates, states, strict=True), 1):
+        chex.assert_trees_all_equal_structs(u, params)
+        chex.assert_trees_all_equal_shapes_and_dtypes(u, params)
+        chex.assert_tree_all_finite(u)
+        got = signature(s)
+        assert got[0] == expected[0], f"step {step}: state structure changed"
+        changed = {k: (v, expected[1][k]) for k, v in got[1].items() if v != expected[1][k]}
+        assert not changed, f"step {step}: state leaves changed (now, at init): {changed}"
+    # Hyperparameters are float32 scalars whatever the parameters' dtype (DESIGN D2).
+    for name, value in optx.get_hyperparams(states[-1]).items():
+        assert jnp.shape(value) == () and jnp.result_type(value) == jnp.float32, name
+
+
+@parametrize_entries
+def test_second_step_does_not_recompile(entry: registry.Entry) -> None:
+    tx = entry()
+    step = jitted_update(entry.key)
+    params, grads = make_params(), make_grads()
+    state = tx.init(params)
+    _, state = step(grads[0], state, params)
+    compiled = cache_size(step)
+    for g in grads[1:]:
+        _, state = step(g, state, params)
+    assert cache_size(step) == compiled, "a later step recompiled the jitted update"
+
+
+@parametrize_entries
+def test_hyperparams_are_dynamic(entry: registry.Entry) -> None:
+    tx = entry()
+    step = jitted_update(entry.key)
+    params, grads = make_params(), make_grads()
+    state = tx.init(params)
+    hyperparams = optx.get_hyperparams(state)
+    assert set(entry.unobservable) <= set(hyperparams), "stale `unobservable` in the registry"
+
+    # Every numeric option of every transform in the configuration is a hyperparameter.
+    declared = set()
+    for sub in sub_transforms(tx):
+        for field in dataclasses.fields(sub):  # type: ignore[arg-type]
+            value = getattr(sub, field.name)
+            if isinstance(value, float):
+                assert field.name in type(sub).hyperparams, (
+                    f"{type(sub).name}.{field.name} is a float but not a dynamic hyperparameter"
+                )
+        declared |= set(sub.hyperparam_names())
+    assert {n.rsplit("/", 1)[-1] for n in hyperparams} == declared
+
+    baseline = run(step, state, params, grads)
+    compiled = cache_size(step)
+    for name, old in hyperparams.items():
+        value = new_value(name, float(old))
+        changed = optx.set_hyperparams(state, **{name: value})
+        chex.assert_trees_all_equal_shapes_and_dtypes(changed, state)
+        np.testing.assert_allclose(optx.get_hyperparams(changed)[name], value, rtol=1e-6)
+        result = run(step, changed, params, grads)
+        assert cache_size(step) == compiled, f"setting {name} recompiled the jitted update"
+        # The update keeps the value it was given.
+        np.testing.assert_allclose(optx.get_hyperparams(result[1][-1])[name], value, rtol=1e-6)
+        if name not in entry.unobservable:
+            observed = (result[0], [without_hyperparams(s) for s in result[1]])
+            before = (baseline[0], [without_hyperparams(s) for s in baseline[1]])
+            assert not all_close(observed, before), f"setting {name}={value} changed nothing"
+
+
+@parametrize_entries
+def test_extra_keyword_arguments_are_accepted(entry: registry.Entry) -> None:
+    tx = entry()
+    params, grads = make_params(), make_grads(steps=2)
+    updates, states = run(tx.update, tx.init(params), params, grads, value=1.0, foo=2)
+    plain_updates, plain_states = eager_run(entry.key)
+    chex.assert_trees_all_equal((updates, states), (plain_updates[:2], plain_states[:2]))
+
+
+@parametrize_entries
+def test_needs_params_flag(entry: registry.Entry) -> None:
+    tx = entry()
+    params, grads = make_params(), make_grads(steps=1)
+    state = tx.init(params)
+    if entry.needs_params:
+        with pytest.raises(ValueError, match="needs the current parameters"):
+            tx.update(grads[0], state, None)
+    else:
+        chex.assert_trees_all_equal(tx.update(grads[0], state), tx.update(grads[0], state, params))
+
+
+@parametrize_entries
+def test_inside_chains(entry: registry.Entry) -> None:
+    params, grads = make_params(), make_grads(steps=2)
+    alone, alone_states = (x[:2] for x in eager_run(entry.key))
+
+    in_optx = optx.chain(entry(), optx.identity())
+    updates, states = run(in_optx.update, in_optx.init(params), params, grads, value=1.0)
+    chex.assert_trees_all_equal(updates, alone)
+    chex.assert_trees_all_equal(states[-1][0], alone_states[-1])
+
+    in_optax = optax.chain(optax.identity(), entry())
+    updates, states = run(in_optax.update, in_optax.init(params), params, grads, value=1.0)
+    chex.assert_trees_all_equal(updates, alone)
+    chex.assert_trees_all_equal(states[-1][1], alone_states[-1])
+    # Hyperparameters are found inside optax's chain state too.
+    assert sorted(map(float, optx.get_hyperparams(states[-1]).values())) == sorted(
+        map(float, optx.get_hyperparams(alone_states[-1]).values())
+    )
+
+
+@parametrize_entries
+def test_equal_and_hashable_by_configuration(entry: registry.Entry) -> None:
+    a, b = entry(), entry()
+    assert a is not b
+    assert a == b
+    assert hash(a) == hash(b)
+    # A transform holds no arrays (DESIGN D1).
+    for sub in sub_transforms(a):
+        for field in dataclasses.fields(sub):  # type: ignore[arg-type]
+            leaves = jax.tree.leaves(getattr(sub, field.name))
+            assert not any(isinstance(x, jax.Array | np.ndarray) for x in leaves), field.name
+    # Rebuilding the same transform hits the compile cache.
+    init = jax.jit(lambda tx, p: tx.init(p), static_argnums=0)
+    params = make_params()
+    init(a, params)
+    compiled = cache_size(init)
+    init(b, params)
+    assert cache_size(init) == compiled == 1
+
+
+def test_different_configurations_are_unequal() -> None:
+    built = [(e.key, e()) for e in ENTRIES]
+    equal = [(k1, k2) for (k1, a), (k2, b) in itertools.combinations(built, 2) if a == b]
+    assert not equal
+
+
+@parametrize_entries
+def test_repr(entry: registry.Entry) -> None:
+    text = repr(entry())
+    assert text
+    assert text.startswith(entry.repr_prefix or f"{entry.public}("), text
+    assert text == repr(entry())
+
+
+# ---------------------------------------------------------------------------------------
+# Completeness.
+
+
+def public_factories() -> tuple[set[str], list[str]]:
+    """The public names of `optx` that build a `Transform`, and unclassified names."""
+    factories, unclassified = set(), []
+    for name in sorted(vars(optx)):
+        value = getattr(optx, name)
+        if name.startswith("_") or inspect.ismodule(value) or name in registry.NOT_FACTORIES:
+            continue
+        if inspect.isclass(value):
+            if issubclass(value, optx.Transform) and value is not optx.Transform:
+                factories.add(name)
+            continue
+        if not inspect.isroutine(value):
+            continue  # type aliases
+        if name in registry.FACTORIES_WITH_ARGS:
+            factories.add(name)
+            continue
+        try:
+            built = value()
+        except TypeError as error:
+            unclassified.append(f"{name} ({error})")
+            continue
+        if isinstance(built, optx.Transform):
+            factories.add(name)
+        else:
+            unclassified.append(f"{name} (returned {type(built).__name__})")
+    return factories, unclassified
+
+
+def test_registry_covers_every_public_transform() -> None:
+    factories, unclassified = public_factories()
+    assert not unclassified, (
+        "public callables of optx that are neither zero-argument transform factories nor "
+        "listed in registry.FACTORIES_WITH_ARGS / registry.NOT_FACTORIES: "
+        f"{unclassified}"
+    )
+    listed = registry.FACTORIES_WITH_ARGS | registry.NOT_FACTORIES
+    assert not [n for n in listed if not hasattr(optx, n)], "stale names in the registry lists"
+    covered = {e.public for e in ENTRIES}
+    assert not factories - covered, f"register these in tests/registry.py: {factories - covered}"
+    assert not covered - factories, f"registry keys that name no factory: {covered - factories}"

@@ -1,0 +1,317 @@
+"""The public API: its names, their docstrings, and the set-up commands of the README."""
+
+import ast
+import importlib
+import inspect
+import itertools
+import os
+import pathlib
+import shutil
+import subprocess
+import types
+
+import pytest
+
+import optx
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# The committed lists of public names. A test below fails on any addition or removal, so that
+# a change of the public API is a deliberate, reviewed edit of this file. Keep them sorted.
+OPTX_NAMES = [
+    "AccumulateGradientsState",
+    "AddDecayedWeightsState",
+    "ApplyIfFiniteState",
+    "ClipState",
+    "EmaParamsState",
+    "EmaState",
+    "EmptyState",
+    "GradientTransformationLike",
+    "MaskedNode",
+    "MaskedState",
+    "OptState",
+    "Params",
+    "PartitionState",
+    "ScaleByAdamState",
+    "ScaleByLearningRateState",
+    "ScaleState",
+    "Schedule",
+    "TraceState",
+    "Transform",
+    "UnscaleGradientsState",
+    "Updates",
+    "ZeroNansState",
+    "accumulate_gradients",
+    "adam",
+    "adamw",
+    "add_decayed_weights",
+    "apply_if_finite",
+    "apply_updates",
+    "centralize",
+    "chain",
+    "clip",
+    "clip_by_block_rms",
+    "clip_by_global_norm",
+    "clip_by_norm",
+    "ema",
+    "ema_params",
+    "ema_params_value",
+    "get_hyperparams",
+    "identity",
+    "masked",
+    "multi_transform",
+    "named_chain",
+    "partition",
+    "scale",
+    "scale_by_adam",
+    "scale_by_learning_rate",
+    "scale_by_schedule",
+    "scale_loss",
+    "set_hyperparams",
+    "set_to_zero",
+    "sgd",
+    "stateless",
+    "trace",
+    "tree",
+    "unscale_gradients",
+    "zero_nans",
+]
+
+TREE_NAMES = [
+    "add",
+    "all_finite",
+    "cast",
+    "cast_like",
+    "full_like",
+    "leaves_with_paths",
+    "mul",
+    "nbytes",
+    "norm",
+    "ones_like",
+    "path_name",
+    "paths",
+    "scale",
+    "size",
+    "sub",
+    "sum",
+    "vdot",
+    "where",
+    "zeros_like",
+]
+
+# Public names whose docstring need not hold an `Example:` with a doctest.
+# NamedTuples: optimizer states (and `MaskedNode`, an empty placeholder leaf), shown by the
+# examples of the transforms that make them.
+NAMEDTUPLES = {
+    "AccumulateGradientsState",
+    "AddDecayedWeightsState",
+    "ApplyIfFiniteState",
+    "ClipState",
+    "EmaParamsState",
+    "EmaState",
+    "EmptyState",
+    "MaskedNode",
+    "MaskedState",
+    "PartitionState",
+    "ScaleByAdamState",
+    "ScaleByLearningRateState",
+    "ScaleState",
+    "TraceState",
+    "UnscaleGradientsState",
+    "ZeroNansState",
+}
+# Type aliases: documented by an attribute docstring (a string right after the assignment).
+TYPE_ALIASES = {"OptState", "Params", "Schedule", "Updates"}
+# Classes that still lack an example. Remove a name once its docstring has one.
+EXAMPLE_PENDING: set[str] = set()
+# The module `optx.tree`: its functions are checked one by one.
+MODULES = {"tree"}
+
+README_QUICK_START = [
+    "pip install -e . && python -m optx.demo",
+    'pip install -e ".[test]" && pytest',
+]
+
+
+def _public(module: types.ModuleType, keep_modules: set[str]) -> list[str]:
+    return sorted(
+        name
+        for name in dir(module)
+        if not name.startswith("_")
+        and (not isinstance(getattr(module, name), types.ModuleType) or name in keep_modules)
+    )
+
+
+def _diff_message(namespace: str, actual: list[str], expected: list[str]) -> str:
+    added = sorted(set(actual) - set(expected))
+    removed = sorted(set(expected) - set(actual))
+    return (
+        f"The public names of `{namespace}` changed. Added: {added or 'none'}; removed: "
+        f"{removed or 'none'}. If this is intended, update the list in "
+        f"tests/test_public_api.py (kept sorted) and note the change in CHANGELOG.md."
+    )
+
+
+@pytest.mark.parametrize("expected", [OPTX_NAMES, TREE_NAMES], ids=["optx", "optx.tree"])
+def test_committed_lists_are_sorted_and_unique(expected):
+    assert expected == sorted(set(expected))
+
+
+def test_optx_public_names():
+    actual = _public(optx, keep_modules={"tree"})
+    assert actual == OPTX_NAMES, _diff_message("optx", actual, OPTX_NAMES)
+
+
+def test_optx_tree_public_names():
+    actual = _public(optx.tree, keep_modules=set())
+    assert actual == TREE_NAMES, _diff_message("optx.tree", actual, TREE_NAMES)
+
+
+def test_exception_lists_name_public_names():
+    listed = NAMEDTUPLES | TYPE_ALIASES | EXAMPLE_PENDING | MODULES
+    assert listed <= set(OPTX_NAMES), sorted(listed - set(OPTX_NAMES))
+    assert not NAMEDTUPLES & TYPE_ALIASES and not EXAMPLE_PENDING & (NAMEDTUPLES | TYPE_ALIASES)
+
+
+@pytest.mark.parametrize("name", sorted(NAMEDTUPLES))
+def test_namedtuple_exceptions_are_namedtuples(name):
+    obj = getattr(optx, name)
+    assert inspect.isclass(obj) and issubclass(obj, tuple) and hasattr(obj, "_fields"), name
+
+
+def _attribute_docstrings() -> dict[str, list[tuple[str, str]]]:
+    """Attribute docstrings (``NAME = ...`` then a string) in optx: {name: [(module, doc)]}."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for path in sorted((ROOT / "optx").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        body = ast.parse(path.read_text(encoding="utf-8")).body
+        for node, following in itertools.pairwise(body):
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
+            )
+            if (
+                isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        found.setdefault(target.id, []).append((module, following.value.value))
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(TYPE_ALIASES))
+def test_type_aliases_have_attribute_docstrings(name):
+    obj = getattr(optx, name)
+    assert not inspect.isfunction(obj), f"{name} is a function, not a type alias"
+    sources = [
+        doc
+        for module, doc in _attribute_docstrings().get(name, [])
+        if getattr(importlib.import_module(module), name, None) is obj
+    ]
+    assert sources and sources[0].strip(), (
+        f"Type alias optx.{name} needs a docstring: a string literal on the line after its "
+        f"assignment."
+    )
+
+
+def _documented() -> list[tuple[str, object]]:
+    names = [("optx." + n, getattr(optx, n)) for n in OPTX_NAMES if n not in TYPE_ALIASES]
+    names += [("optx.tree." + n, getattr(optx.tree, n)) for n in TREE_NAMES]
+    return names
+
+
+@pytest.mark.parametrize(("name", "obj"), _documented(), ids=[n for n, _ in _documented()])
+def test_public_names_have_docstrings(name, obj):
+    doc = inspect.getdoc(obj)
+    assert doc and doc.strip(), f"{name} needs a docstring."
+    first = doc.strip().splitlines()[0]
+    assert first.strip(), f"{name} needs a one-line summary on the docstring's first line."
+
+
+def _needs_example(qualified: str) -> bool:
+    short = qualified.rsplit(".", 1)[-1]
+    if qualified.startswith("optx.tree."):
+        return True
+    return short not in NAMEDTUPLES | TYPE_ALIASES | EXAMPLE_PENDING | MODULES
+
+
+@pytest.mark.parametrize(("name", "obj"), _documented(), ids=[n for n, _ in _documented()])
+def test_public_functions_and_classes_have_examples(name, obj):
+    doc = inspect.getdoc(obj) or ""
+    has_example = "Example" in doc and any(
+        line.strip().startswith(">>>") for line in doc.splitlines()
+    )
+    if _needs_example(name):
+        assert has_example, (
+            f"{name}'s docstring needs an `Example:` section with a `>>> ` doctest "
+            f"(run by `pytest --doctest-modules optx`)."
+        )
+    elif name.rsplit(".", 1)[-1] in EXAMPLE_PENDING:
+        assert not has_example, (
+            f"{name} now has an example: remove it from EXAMPLE_PENDING in "
+            f"tests/test_public_api.py."
+        )
+
+
+def test_public_objects_are_defined_in_optx():
+    for name in OPTX_NAMES:
+        obj = getattr(optx, name)
+        module = getattr(obj, "__module__", None)
+        if name in TYPE_ALIASES or module is None:
+            continue
+        assert module.startswith("optx"), f"optx.{name} comes from {module}, not from optx."
+
+
+# -- the README's set-up commands and .ci/run --------------------------------------------------
+
+
+def _quick_start_block() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start, end = "<!-- quick-start:begin -->", "<!-- quick-start:end -->"
+    assert text.count(start) == 1 and text.count(end) == 1, f"README.md needs {start} … {end}"
+    block = text.split(start, 1)[1].split(end, 1)[0]
+    return [line for line in block.strip().splitlines() if not line.startswith("```")]
+
+
+def test_readme_quick_start_commands():
+    assert _quick_start_block() == README_QUICK_START
+
+
+def test_ci_run_is_an_executable_strict_bash_script():
+    script = ROOT / ".ci" / "run"
+    text = script.read_text(encoding="utf-8")
+    assert text.startswith("#!/usr/bin/env bash\n")
+    assert "set -euo pipefail" in text
+    assert os.access(script, os.X_OK), ".ci/run must be executable (chmod +x .ci/run)."
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_ci_run_runs_the_readme_test_command():
+    result = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "run"), "--print-command"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    assert result.stdout.strip() == README_QUICK_START[1]
+
+
+def test_readme_python_snippets_run():
+    """The README's ```python blocks, run in order in one namespace (they build on each other)."""
+    pytest.importorskip("optax")
+    pytest.importorskip("flax")
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+    assert len(blocks) >= 5
+    namespace: dict[str, object] = {"__name__": "readme"}
+    for i, block in enumerate(blocks):
+        try:
+            exec(compile(block, f"README.md python block {i}", "exec"), namespace)
+        except Exception as error:
+            raise AssertionError(f"README.md's python block {i} fails:\n{block}") from error
