@@ -12,8 +12,7 @@ its body runs once per trace) and by JAX's public monitoring hook, which records
 function's name.
 """
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import chex
 import jax
@@ -23,28 +22,9 @@ import pytest
 from flax import linen as nn
 from flax import nnx
 from flax.training import train_state
+from helpers import count_compiles
 
 import optx
-
-_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-
-
-@contextlib.contextmanager
-def count_compiles(fun_name: str) -> Iterator[list[str]]:
-    """Collects the XLA compilations of the jitted function ``fun_name`` in this block."""
-    compiled: list[str] = []
-
-    def listener(event: str, duration: float, **kwargs: object) -> None:
-        del duration
-        if event == _COMPILE_EVENT and kwargs.get("fun_name") == f"jit({fun_name})":
-            compiled.append(fun_name)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        yield compiled
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
-
 
 PARAMS = {
     "dense": {"bias": jnp.zeros(3), "kernel": jnp.ones((2, 3))},

@@ -279,6 +279,19 @@ CASES = [
         "Received: missing from updates: 'b/c'; not in the state: 'b/0'.",
     ),
     (
+        lambda: optx.adam(1e-3).update([jnp.ones(2)], optx.adam(1e-3).init((jnp.ones(2),))),
+        ValueError,
+        "`scale_by_adam.update` needs updates with the structure of the state. "
+        "Received: updates is PyTreeDef([*]), the state is PyTreeDef((*,)).",
+    ),
+    (
+        lambda: optx.partition({"x": optx.sgd(0.1)}, {"a": "x", "b": {"d": "x"}}).init(P),
+        ValueError,
+        "`partition` needs param_labels with the structure of the parameters (or a prefix of "
+        "it). Received: param_labels PyTreeDef({'a': *, 'b': {'d': *}}) for parameters "
+        "PyTreeDef({'a': *, 'b': {'c': *}}).",
+    ),
+    (
         lambda: _adam_update_state(optx.adam(1e-3).init(P)[0]),
         ValueError,
         "`chain.update` needs the state made by this chain's `init` (a tuple of 2 states). "

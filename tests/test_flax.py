@@ -9,9 +9,6 @@ Compilations are counted with JAX's public monitoring hook: every XLA compilatio
 ``/jax/core/compile/backend_compile_duration`` event with the jitted function's name.
 """
 
-import contextlib
-from collections.abc import Iterator
-
 import chex
 import jax
 import jax.numpy as jnp
@@ -21,27 +18,9 @@ import pytest
 from flax import linen as nn
 from flax import nnx
 from flax.training import train_state
+from helpers import count_compiles
 
 import optx
-
-_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-
-
-@contextlib.contextmanager
-def count_compiles(fun_name: str) -> Iterator[list[str]]:
-    """Collects the XLA compilations of the jitted function ``fun_name`` in this block."""
-    compiled: list[str] = []
-
-    def listener(event: str, duration: float, **kwargs: object) -> None:
-        del duration
-        if event == _COMPILE_EVENT and kwargs.get("fun_name") == f"jit({fun_name})":
-            compiled.append(fun_name)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        yield compiled
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
 
 
 def make_tx(learning_rate: float = 1e-2) -> optx.Transform:

@@ -5,9 +5,7 @@ stored as ``one_minus_<name>``; changing them never recompiles, and `jax.vmap` c
 them in one compiled program.
 """
 
-import contextlib
 import re
-from collections.abc import Iterator
 
 import chex
 import jax
@@ -15,30 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import count_compiles
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import optx
 
 PARAMS = {"bias": jnp.ones(2), "kernel": jnp.ones((2, 2))}
-_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-
-
-@contextlib.contextmanager
-def count_compiles(fun_name: str) -> Iterator[list[str]]:
-    """Collects the XLA compilations of the jitted function ``fun_name`` in this block."""
-    compiled: list[str] = []
-
-    def listener(event: str, duration: float, **kwargs: object) -> None:
-        del duration
-        if event == _COMPILE_EVENT and kwargs.get("fun_name") == f"jit({fun_name})":
-            compiled.append(fun_name)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        yield compiled
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
 
 
 def names(tx: optx.GradientTransformationLike) -> list[str]:
