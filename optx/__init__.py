@@ -4,6 +4,7 @@ Every optimizer is a pure ``(init, update)`` pair over pytrees (optax's protocol
 numeric hyperparameters held in the state so that changing them never recompiles.
 """
 
+from optx import schedules as schedules
 from optx import tree as tree
 from optx._src.accumulate import AccumulateGradientsState as AccumulateGradientsState
 from optx._src.accumulate import accumulate_gradients as accumulate_gradients

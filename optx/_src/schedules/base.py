@@ -1,0 +1,227 @@
+"""The schedule base class, its configuration format, and `from_config`.
+
+A schedule is a pure function of the step count, ``schedule(count) -> value``, held in a
+frozen dataclass (DESIGN D1): equal and hashable by its configuration, so a transform that
+holds one stays hashable and two identical optimizers share a compiled step. The count is
+an int32 that never overflows (DESIGN D5); it is converted to float32 inside.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.core import Tracer
+from jax.typing import ArrayLike
+
+_REGISTRY: dict[str, type[Schedule]] = {}
+S = TypeVar("S", bound="type[Schedule]")
+
+
+class Schedule:
+    """Base class of optx's schedules: frozen dataclasses whose call maps a step to a value.
+
+    Subclasses set ``class_name`` (the public factory's name, also the ``class_name`` of
+    their config) and implement ``value(count)`` on a float32 count. Fields that hold other
+    schedules are listed in ``schedule_fields`` so configs nest.
+
+    Example:
+      >>> import optx
+      >>> s = optx.schedules.linear_schedule(1.0, 0.0, transition_steps=4)
+      >>> [round(float(s(t)), 2) for t in range(6)]
+      [1.0, 0.75, 0.5, 0.25, 0.0, 0.0]
+      >>> s.get_config()
+      {'class_name': 'linear_schedule', 'config': {'init_value': 1.0, 'end_value': 0.0, \
+'transition_steps': 4, 'transition_begin': 0}}
+    """
+
+    __slots__ = ()
+    class_name: ClassVar[str] = "schedule"
+    schedule_fields: ClassVar[tuple[str, ...]] = ()
+
+    def __call__(self, count: ArrayLike) -> jax.Array:
+        """The value at step ``count`` (an int or an int32 array; 0 is the first step)."""
+        count = jnp.asarray(count)
+        return jnp.asarray(self.value(count.astype(jnp.float32)), jnp.float32)
+
+    def value(self, count: jax.Array) -> jax.Array:
+        """The value at a float32 step count."""
+        raise NotImplementedError
+
+    def get_config(self) -> dict[str, Any]:
+        """A JSON-serialisable description: ``{"class_name": ..., "config": {...}}``."""
+        config = {}
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, field.name)
+            if field.name in self.schedule_fields:
+                value = _encode(value)
+            config[field.name] = _plain(value)
+        return {"class_name": self.class_name, "config": config}
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Schedule:
+        """Rebuilds a schedule of this class from the ``config`` part of `get_config`."""
+        kwargs = dict(config)
+        for name in cls.schedule_fields:
+            if name in kwargs:
+                kwargs[name] = _decode(kwargs[name])
+        return cls(**kwargs)
+
+    def __repr__(self) -> str:
+        args = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            if f.repr
+        )
+        return f"{self.class_name}({args})"
+
+
+def register(cls: S) -> S:
+    """Class decorator: a frozen dataclass, registered for `from_config` under its name."""
+    cls = dataclasses.dataclass(frozen=True, repr=False)(cls)
+    if cls.class_name in _REGISTRY and _REGISTRY[cls.class_name] is not cls:
+        raise ValueError(f"Two schedules share the name {cls.class_name!r}.")
+    _REGISTRY[cls.class_name] = cls
+    return cls
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, Schedule):
+        return value.get_config()
+    if isinstance(value, tuple | list):
+        return [_encode(v) for v in value]
+    if isinstance(value, numbers.Number):
+        return value
+    raise TypeError(
+        f"`get_config` needs schedules or numbers in schedule fields. Received: {value!r}. A "
+        f"plain Python function has no config: wrap it in an optx schedule."
+    )
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return from_config(value)
+    if isinstance(value, list | tuple):
+        return tuple(_decode(v) for v in value)
+    return value
+
+
+def from_config(config: Mapping[str, Any]) -> Schedule:
+    """Rebuilds a schedule from its `get_config` (or a Keras ``{"class_name", "config"}``).
+
+    Args:
+      config: ``{"class_name": name, "config": {...}}`` as `Schedule.get_config` returns it
+        (after a JSON round trip too); Keras's serialised form, with ``"module"`` and
+        ``"registered_name"`` keys, is accepted for the Keras-style classes.
+
+    Returns:
+      An equal schedule.
+
+    Raises:
+      ValueError: ``config`` is malformed, or names an unknown class.
+      TypeError: its ``config`` has arguments the class does not take.
+
+    Example:
+      >>> import json, optx
+      >>> s = optx.schedules.cosine_decay_schedule(1e-3, decay_steps=100, alpha=0.1)
+      >>> optx.schedules.from_config(json.loads(json.dumps(s.get_config()))) == s
+      True
+    """
+    if not isinstance(config, Mapping) or "class_name" not in config:
+        raise ValueError(
+            f"`from_config` needs a dict with 'class_name' and 'config' keys. "
+            f"Received: {config!r}."
+        )
+    name = config["class_name"]
+    if name not in _REGISTRY:
+        raise ValueError(
+            f"`from_config` needs a known schedule class_name. Received: class_name={name!r}. "
+            f"Known: {sorted(_REGISTRY)}."
+        )
+    inner = config.get("config", {})
+    if not isinstance(inner, Mapping):
+        raise ValueError(
+            f"`from_config` needs 'config' to be a dict of arguments. Received: config={inner!r}."
+        )
+    cls = _REGISTRY[name]
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(inner) - known)
+    if unknown:
+        raise TypeError(
+            f"`from_config` got arguments that {name} does not take: {unknown}. "
+            f"It takes: {sorted(known)}."
+        )
+    return cls.from_config(inner)
+
+
+def registered() -> dict[str, type[Schedule]]:
+    """The schedule classes known to `from_config`, by ``class_name``."""
+    return dict(_REGISTRY)
+
+
+# Argument checks shared by the schedules. They raise at construction, naming the factory.
+
+
+def check_number(api: str, name: str, value: Any) -> float:
+    """A finite real number, as a Python float."""
+    if isinstance(value, Tracer):
+        raise TypeError(
+            f"`{api}` needs {name} to be a concrete number (schedules hold no arrays). "
+            f"Received: {name}={value!r}."
+        )
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | np.generic | jax.Array):
+        raise TypeError(f"`{api}` needs {name} to be a real number. Received: {name}={value!r}.")
+    if np.shape(value) != ():
+        raise TypeError(f"`{api}` needs {name} to be a scalar. Received: {name}={value!r}.")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"`{api}` needs {name} to be finite. Received: {name}={value!r}.")
+    return number
+
+
+def check_positive(api: str, name: str, value: Any) -> float:
+    """A finite number > 0."""
+    number = check_number(api, name, value)
+    if number <= 0:
+        raise ValueError(f"`{api}` needs {name} > 0. Received: {name}={value!r}.")
+    return number
+
+
+def check_nonnegative(api: str, name: str, value: Any) -> float:
+    """A finite number >= 0."""
+    number = check_number(api, name, value)
+    if number < 0:
+        raise ValueError(f"`{api}` needs {name} >= 0. Received: {name}={value!r}.")
+    return number
+
+
+def check_steps(api: str, name: str, value: Any, minimum: int = 1) -> int:
+    """A step count: an int >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"`{api}` needs {name} to be an int. Received: {name}={value!r}.")
+    if value < minimum:
+        raise ValueError(f"`{api}` needs {name} >= {minimum}. Received: {name}={value!r}.")
+    return int(value)
+
+
+def set_fields(obj: Any, **values: Any) -> None:
+    """Assigns normalised values to a frozen dataclass in ``__post_init__``."""
+    for key, value in values.items():
+        object.__setattr__(obj, key, value)
+
+
+ScheduleLike = Schedule | Callable[[jax.Array], jax.Array]
