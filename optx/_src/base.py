@@ -103,6 +103,9 @@ class Transform:
     name: ClassVar[str] = "transform"
     hyperparams: ClassVar[tuple[str, ...]] = ()
     decays: ClassVar[tuple[str, ...]] = ()
+    # Per-field range rules (`hyperparams.NONNEG`, ...) where the name's default rule in
+    # `hyperparams._RULES` does not fit this transform.
+    ranges: ClassVar[dict[str, tuple[str, Any]]] = {}
 
     def init(self, params: Params) -> OptState:
         """Returns the initial state of this transform for ``params``."""
@@ -123,7 +126,8 @@ class Transform:
             value = getattr(self, field)
             if not callable(value):
                 # A transform holds Python floats only (hashable, no arrays: DESIGN D1).
-                object.__setattr__(self, field, hp.validate(self.name, field, value))
+                value = hp.validate(self.name, field, value, self.ranges.get(field))
+                object.__setattr__(self, field, value)
 
     def hyperparam_names(self) -> tuple[str, ...]:
         """The names under which this transform's dynamic hyperparameters sit in its state."""

@@ -28,11 +28,12 @@ _DTYPE = jnp.float32
 
 # Ranges by hyperparameter name; names are conventional across transforms, so one table
 # serves the factories and `set_hyperparams`. Unknown names need only be finite.
-_NONNEG = ("finite and >= 0", lambda v: v >= 0)
-_UNIT_OPEN = ("in [0, 1)", lambda v: 0 <= v < 1)
-_UNIT_CLOSED = ("in [0, 1]", lambda v: 0 <= v <= 1)
-_POSITIVE = ("finite and > 0", lambda v: v > 0)
-_FINITE = ("finite", lambda v: True)
+# A rule is (description for the error message, predicate on a finite float).
+NONNEG = _NONNEG = ("finite and >= 0", lambda v: v >= 0)
+UNIT_OPEN = _UNIT_OPEN = ("in [0, 1)", lambda v: 0 <= v < 1)
+UNIT_CLOSED = _UNIT_CLOSED = ("in [0, 1]", lambda v: 0 <= v <= 1)
+POSITIVE = _POSITIVE = ("finite and > 0", lambda v: v > 0)
+FINITE = _FINITE = ("finite", lambda v: True)
 _RULES: dict[str, tuple[str, Any]] = {
     "learning_rate": _NONNEG,
     "b1": _UNIT_OPEN,
@@ -78,8 +79,10 @@ def rule(name: str) -> tuple[str, Any]:
     return _RULES.get(name, _FINITE)
 
 
-def validate(api: str, name: str, value: Any) -> float:
+def validate(api: str, name: str, value: Any, range_rule: tuple[str, Any] | None = None) -> float:
     """Checks a concrete hyperparameter value and returns it as a Python float.
+
+    ``range_rule`` overrides the rule of ``name`` in the table (`NONNEG`, `UNIT_OPEN`, ...).
 
     Raises:
       TypeError: ``value`` is not a real number (or is traced: a transform holds no arrays).
@@ -98,7 +101,7 @@ def validate(api: str, name: str, value: Any) -> float:
             f"of type {type(value).__name__}."
         )
     number = float(value)
-    description, ok = rule(name)
+    description, ok = range_rule or rule(name)
     if not math.isfinite(number) or not ok(number):
         raise ValueError(f"`{api}` needs {name} {description}. Received: {name}={value!r}.")
     return number

@@ -77,7 +77,9 @@ class PolynomialSchedule(Schedule):
             init_value=check_number(self.class_name, "init_value", self.init_value),
             end_value=check_number(self.class_name, "end_value", self.end_value),
             power=check_number(self.class_name, "power", self.power),
-            transition_steps=check_steps(self.class_name, "transition_steps", self.transition_steps),
+            transition_steps=check_steps(
+                self.class_name, "transition_steps", self.transition_steps
+            ),
             transition_begin=check_steps(
                 self.class_name, "transition_begin", self.transition_begin, minimum=0
             ),
