@@ -243,3 +243,27 @@ register(
     needs_params=True,
     repr_prefix="chain(",
 )
+
+
+def _load_families() -> frozenset[str]:
+    """Entries of optimizer families kept in ``tests/registry_<family>.py``.
+
+    Each such module defines ``FACTORIES_WITH_ARGS`` (a set of public names) and
+    ``entries(register)``, which calls ``register`` for each of its entries. They are loaded
+    by path, so this works whether the tests run as a package or from ``tests/``.
+    """
+    import importlib.util
+    import pathlib
+
+    names: set[str] = set()
+    for path in sorted(pathlib.Path(__file__).parent.glob("registry_*.py")):
+        spec = importlib.util.spec_from_file_location(f"_optx_{path.stem}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.entries(register)
+        names |= set(module.FACTORIES_WITH_ARGS)
+    return frozenset(names)
+
+
+FACTORIES_WITH_ARGS = FACTORIES_WITH_ARGS | _load_families()
