@@ -4,15 +4,122 @@ Every optimizer is a pure ``(init, update)`` pair over pytrees (optax's protocol
 numeric hyperparameters held in the state so that changing them never recompiles.
 """
 
+from optx import optimizers as optimizers
 from optx import schedules as schedules
 from optx import tree as tree
 from optx._src.accumulate import AccumulateGradientsState as AccumulateGradientsState
 from optx._src.accumulate import accumulate_gradients as accumulate_gradients
+from optx._src.algorithms.adadelta import ScaleByAdaDeltaState as ScaleByAdaDeltaState
+from optx._src.algorithms.adadelta import adadelta as adadelta
+from optx._src.algorithms.adadelta import scale_by_adadelta as scale_by_adadelta
+from optx._src.algorithms.adafactor import FactoredState as FactoredState
+from optx._src.algorithms.adafactor import ScaleByParamBlockRMSState as ScaleByParamBlockRMSState
+from optx._src.algorithms.adafactor import adafactor as adafactor
+from optx._src.algorithms.adafactor import scale_by_factored_rms as scale_by_factored_rms
+from optx._src.algorithms.adafactor import scale_by_param_block_rms as scale_by_param_block_rms
+from optx._src.algorithms.adagrad import ScaleByRssState as ScaleByRssState
+from optx._src.algorithms.adagrad import adagrad as adagrad
+from optx._src.algorithms.adagrad import scale_by_rss as scale_by_rss
 from optx._src.algorithms.adam import ScaleByAdamState as ScaleByAdamState
+from optx._src.algorithms.adam import ScaleByNadamState as ScaleByNadamState
 from optx._src.algorithms.adam import adam as adam
 from optx._src.algorithms.adam import adamw as adamw
 from optx._src.algorithms.adam import scale_by_adam as scale_by_adam
+from optx._src.algorithms.adamax import adamax as adamax
+from optx._src.algorithms.adamax import adamaxw as adamaxw
+from optx._src.algorithms.adamax import scale_by_adamax as scale_by_adamax
+from optx._src.algorithms.adan import ScaleByAdanState as ScaleByAdanState
+from optx._src.algorithms.adan import adan as adan
+from optx._src.algorithms.adan import scale_by_adan as scale_by_adan
+from optx._src.algorithms.ademamix import ScaleByAdemamixState as ScaleByAdemamixState
+from optx._src.algorithms.ademamix import ademamix as ademamix
+from optx._src.algorithms.ademamix import scale_by_ademamix as scale_by_ademamix
+from optx._src.algorithms.adopt import ScaleByAdoptState as ScaleByAdoptState
+from optx._src.algorithms.adopt import adopt as adopt
+from optx._src.algorithms.adopt import scale_by_adopt as scale_by_adopt
+from optx._src.algorithms.amsgrad import ScaleByAmsgradState as ScaleByAmsgradState
+from optx._src.algorithms.amsgrad import amsgrad as amsgrad
+from optx._src.algorithms.amsgrad import scale_by_amsgrad as scale_by_amsgrad
+from optx._src.algorithms.belief import ScaleByBeliefState as ScaleByBeliefState
+from optx._src.algorithms.belief import ScaleByYogiState as ScaleByYogiState
+from optx._src.algorithms.belief import adabelief as adabelief
+from optx._src.algorithms.belief import scale_by_belief as scale_by_belief
+from optx._src.algorithms.belief import scale_by_yogi as scale_by_yogi
+from optx._src.algorithms.belief import yogi as yogi
+from optx._src.algorithms.ftrl import ScaleByFtrlState as ScaleByFtrlState
+from optx._src.algorithms.ftrl import ftrl as ftrl
+from optx._src.algorithms.ftrl import scale_by_ftrl as scale_by_ftrl
+from optx._src.algorithms.layerwise import ScaleByNovogradState as ScaleByNovogradState
+from optx._src.algorithms.layerwise import ScaleByTrustRatioState as ScaleByTrustRatioState
+from optx._src.algorithms.layerwise import fromage as fromage
+from optx._src.algorithms.layerwise import lamb as lamb
+from optx._src.algorithms.layerwise import lars as lars
+from optx._src.algorithms.layerwise import novograd as novograd
+from optx._src.algorithms.layerwise import scale_by_novograd as scale_by_novograd
+from optx._src.algorithms.layerwise import scale_by_trust_ratio as scale_by_trust_ratio
+from optx._src.algorithms.lion import ScaleByLionState as ScaleByLionState
+from optx._src.algorithms.lion import lion as lion
+from optx._src.algorithms.lion import scale_by_lion as scale_by_lion
+from optx._src.algorithms.lion import scale_by_sign as scale_by_sign
+from optx._src.algorithms.lion import sign_sgd as sign_sgd
+from optx._src.algorithms.lion import signum as signum
+from optx._src.algorithms.lookahead import LookaheadState as LookaheadState
+from optx._src.algorithms.lookahead import lookahead as lookahead
+from optx._src.algorithms.muon import MuonState as MuonState
+from optx._src.algorithms.muon import ScaleByShapeState as ScaleByShapeState
+from optx._src.algorithms.muon import muon as muon
+from optx._src.algorithms.muon import scale_by_muon as scale_by_muon
+from optx._src.algorithms.muon import scale_by_shape as scale_by_shape
+from optx._src.algorithms.nadam import nadam as nadam
+from optx._src.algorithms.nadam import nadamw as nadamw
+from optx._src.algorithms.noisy import AddNoiseState as AddNoiseState
+from optx._src.algorithms.noisy import add_noise as add_noise
+from optx._src.algorithms.noisy import noisy_sgd as noisy_sgd
+from optx._src.algorithms.optimistic import (
+    ScaleByOptimisticGradientState as ScaleByOptimisticGradientState,
+)
+from optx._src.algorithms.optimistic import optimistic_adam as optimistic_adam
+from optx._src.algorithms.optimistic import optimistic_adam_v2 as optimistic_adam_v2
+from optx._src.algorithms.optimistic import (
+    optimistic_gradient_descent as optimistic_gradient_descent,
+)
+from optx._src.algorithms.optimistic import (
+    scale_by_optimistic_gradient as scale_by_optimistic_gradient,
+)
+from optx._src.algorithms.polyak import ScaleByPolyakState as ScaleByPolyakState
+from optx._src.algorithms.polyak import polyak_sgd as polyak_sgd
+from optx._src.algorithms.polyak import scale_by_polyak as scale_by_polyak
+from optx._src.algorithms.prodigy import ProdigyState as ProdigyState
+from optx._src.algorithms.prodigy import prodigy as prodigy
+from optx._src.algorithms.prodigy import scale_by_prodigy as scale_by_prodigy
+from optx._src.algorithms.radam import radam as radam
+from optx._src.algorithms.radam import scale_by_radam as scale_by_radam
+from optx._src.algorithms.rmsprop import ScaleByRmsState as ScaleByRmsState
+from optx._src.algorithms.rmsprop import ScaleByRStdDevState as ScaleByRStdDevState
+from optx._src.algorithms.rmsprop import rmsprop as rmsprop
+from optx._src.algorithms.rmsprop import scale_by_rms as scale_by_rms
+from optx._src.algorithms.rmsprop import scale_by_stddev as scale_by_stddev
+from optx._src.algorithms.rprop import ScaleByRpropState as ScaleByRpropState
+from optx._src.algorithms.rprop import rprop as rprop
+from optx._src.algorithms.rprop import scale_by_rprop as scale_by_rprop
+from optx._src.algorithms.schedule_free import ScheduleFreeState as ScheduleFreeState
+from optx._src.algorithms.schedule_free import schedule_free as schedule_free
+from optx._src.algorithms.schedule_free import schedule_free_adamw as schedule_free_adamw
+from optx._src.algorithms.schedule_free import (
+    schedule_free_eval_params as schedule_free_eval_params,
+)
+from optx._src.algorithms.schedule_free import schedule_free_sgd as schedule_free_sgd
 from optx._src.algorithms.sgd import sgd as sgd
+from optx._src.algorithms.sm3 import ScaleBySM3State as ScaleBySM3State
+from optx._src.algorithms.sm3 import scale_by_sm3 as scale_by_sm3
+from optx._src.algorithms.sm3 import sm3 as sm3
+from optx._src.algorithms.sophia import HutchinsonState as HutchinsonState
+from optx._src.algorithms.sophia import SophiaState as SophiaState
+from optx._src.algorithms.sophia import (
+    hutchinson_estimator_diag_hessian as hutchinson_estimator_diag_hessian,
+)
+from optx._src.algorithms.sophia import scale_by_sophia as scale_by_sophia
+from optx._src.algorithms.sophia import sophia as sophia
 from optx._src.base import EmptyState as EmptyState
 from optx._src.base import GradientTransformationLike as GradientTransformationLike
 from optx._src.base import OptState as OptState
@@ -54,6 +161,8 @@ from optx._src.momentum import EmaState as EmaState
 from optx._src.momentum import TraceState as TraceState
 from optx._src.momentum import ema as ema
 from optx._src.momentum import trace as trace
+from optx._src.plateau import ReduceOnPlateauState as ReduceOnPlateauState
+from optx._src.plateau import reduce_on_plateau as reduce_on_plateau
 from optx._src.scaling import ScaleByLearningRateState as ScaleByLearningRateState
 from optx._src.scaling import ScaleState as ScaleState
 from optx._src.scaling import scale as scale

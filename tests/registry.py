@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +37,8 @@ class Entry:
       repr_prefix: how ``repr`` starts; ``None`` means ``"<public name>("``.
       unobservable: hyperparameters whose change cannot show in a few steps' updates and
         state of this configuration (the suite then only checks they do not recompile).
+      update_kwargs: keyword arguments every ``update`` of this entry needs (sorted
+        ``(name, value)`` pairs), e.g. ``value=`` for `reduce_on_plateau`.
     """
 
     key: str
@@ -43,6 +46,12 @@ class Entry:
     needs_params: bool = False
     repr_prefix: str | None = None
     unobservable: tuple[str, ...] = ()
+    update_kwargs: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The keyword arguments to pass to every ``update``."""
+        return dict(self.update_kwargs)
 
     @property
     def public(self) -> str:
@@ -63,11 +72,13 @@ def register(
     needs_params: bool = False,
     repr_prefix: str | None = None,
     unobservable: tuple[str, ...] = (),
+    update_kwargs: dict[str, Any] | None = None,
 ) -> None:
     """Adds an entry; a key may be registered once."""
     if key in REGISTRY:
         raise ValueError(f"registry key {key!r} is registered twice")
-    REGISTRY[key] = Entry(key, factory, needs_params, repr_prefix, unobservable)
+    kwargs = tuple(sorted((update_kwargs or {}).items()))
+    REGISTRY[key] = Entry(key, factory, needs_params, repr_prefix, unobservable, kwargs)
 
 
 # Public callables of `optx` that are transform factories but need arguments; the
@@ -104,6 +115,7 @@ NOT_FACTORIES = frozenset(
         "ema_params_value",
         "get_hyperparams",
         "scale_loss",
+        "schedule_free_eval_params",
         "set_hyperparams",
     }
 )
@@ -220,6 +232,16 @@ register(
     "ema_params/overwrite",
     lambda: optx.ema_params(0.9, overwrite_frequency=2),
     needs_params=True,
+)
+
+# Step-size control from the loss. A constant loss plateaus from the second step on, so
+# `factor` and `min_scale` act within three steps; `rtol` and `atol` need a falling loss
+# (see tests/test_plateau.py).
+register(
+    "reduce_on_plateau",
+    lambda: optx.reduce_on_plateau(patience=1),
+    unobservable=("atol", "rtol"),
+    update_kwargs={"value": 1.0},
 )
 
 # Optimizers and their building blocks.

@@ -82,17 +82,18 @@ def make_grads(dtype: str = "float32", steps: int = STEPS) -> list[Any]:
 @functools.cache
 def jitted_update(key: str) -> Callable[..., Any]:
     """One jitted ``update`` per entry, shared by the tests (compile once, count deltas)."""
-    tx = registry.REGISTRY[key]()
-    return jax.jit(lambda g, s, p: tx.update(g, s, p))
+    entry = registry.REGISTRY[key]
+    tx, extra = entry(), entry.extra
+    return jax.jit(lambda g, s, p: tx.update(g, s, p, **extra))
 
 
 @functools.cache
 def eager_run(key: str) -> tuple[list[Any], list[Any]]:
     """The updates and states of `STEPS` eager steps of an entry, shared by the tests."""
-    tx = registry.REGISTRY[key]()
-    params = make_params()
+    entry = registry.REGISTRY[key]
+    tx, params = entry(), make_params()
     with jax.numpy_rank_promotion("raise"):  # no accidental broadcasting either
-        return run(tx.update, tx.init(params), params, make_grads())
+        return run(tx.update, tx.init(params), params, make_grads(), **entry.extra)
 
 
 def cache_size(jitted: Callable[..., Any]) -> int:
@@ -168,8 +169,10 @@ NEW_VALUES: dict[str, Callable[[float], float]] = {
     "weight_decay": lambda v: v + 0.5,
     "max_delta": lambda v: v / 20,
     "max_norm": lambda v: v / 20,
-    "threshold": lambda v: v / 20,
+    # clip_by_block_rms's bound shrinks; radam's rectifier threshold (>= 4) grows.
+    "threshold": lambda v: v / 20 if v < 4 else v + 1,
     "loss_scale_factor": lambda v: 4 * v,
+    "eta_plus": lambda v: v + 0.5,  # rprop's growth factor must stay >= 1
     "step_size": lambda v: 3 * v if v else 1.0,
 }
 
@@ -276,7 +279,8 @@ def test_hyperparams_are_dynamic(entry: registry.Entry) -> None:
 def test_extra_keyword_arguments_are_accepted(entry: registry.Entry) -> None:
     tx = entry()
     params, grads = make_params(), make_grads(steps=2)
-    updates, states = run(tx.update, tx.init(params), params, grads, value=1.0, foo=2)
+    extra = {"value": 1.0, "foo": 2, **entry.extra}
+    updates, states = run(tx.update, tx.init(params), params, grads, **extra)
     plain_updates, plain_states = eager_run(entry.key)
     chex.assert_trees_all_equal((updates, states), (plain_updates[:2], plain_states[:2]))
 
@@ -285,12 +289,14 @@ def test_extra_keyword_arguments_are_accepted(entry: registry.Entry) -> None:
 def test_needs_params_flag(entry: registry.Entry) -> None:
     tx = entry()
     params, grads = make_params(), make_grads(steps=1)
-    state = tx.init(params)
+    state, extra = tx.init(params), entry.extra
     if entry.needs_params:
         with pytest.raises(ValueError, match="needs the current parameters"):
-            tx.update(grads[0], state, None)
+            tx.update(grads[0], state, None, **extra)
     else:
-        chex.assert_trees_all_equal(tx.update(grads[0], state), tx.update(grads[0], state, params))
+        chex.assert_trees_all_equal(
+            tx.update(grads[0], state, **extra), tx.update(grads[0], state, params, **extra)
+        )
 
 
 @parametrize_entries
@@ -298,13 +304,17 @@ def test_inside_chains(entry: registry.Entry) -> None:
     params, grads = make_params(), make_grads(steps=2)
     alone, alone_states = (x[:2] for x in eager_run(entry.key))
 
+    extra = {"value": 1.0, **entry.extra}
     in_optx = optx.chain(entry(), optx.identity())
-    updates, states = run(in_optx.update, in_optx.init(params), params, grads, value=1.0)
+    updates, states = run(in_optx.update, in_optx.init(params), params, grads, **extra)
     chex.assert_trees_all_equal(updates, alone)
     chex.assert_trees_all_equal(states[-1][0], alone_states[-1])
 
-    in_optax = optax.chain(optax.identity(), entry())
-    updates, states = run(in_optax.update, in_optax.init(params), params, grads, value=1.0)
+    # optax.chain passes extra arguments only to its own ExtraArgs class.
+    tx = entry()
+    tx = optax.GradientTransformationExtraArgs(tx.init, tx.update) if entry.extra else tx
+    in_optax = optax.chain(optax.identity(), tx)
+    updates, states = run(in_optax.update, in_optax.init(params), params, grads, **extra)
     chex.assert_trees_all_equal(updates, alone)
     chex.assert_trees_all_equal(states[-1][1], alone_states[-1])
     # Hyperparameters are found inside optax's chain state too.

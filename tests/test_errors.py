@@ -11,6 +11,17 @@ import optx
 P = {"a": jnp.ones(2), "b": {"c": jnp.ones((2, 3))}}
 
 
+class _Schedule:
+    def __call__(self, count):
+        return 0.1
+
+    def __repr__(self):
+        return "<schedule>"
+
+
+_schedule = _Schedule()
+
+
 def _adam_update(grads):
     tx = optx.adam(1e-3)
     return tx.update(grads, tx.init(P))
@@ -120,6 +131,13 @@ CASES = [
         lambda: optx.scale(float("nan")),
         ValueError,
         "`scale` needs step_size finite. Received: step_size=nan.",
+    ),
+    (
+        lambda: optx.adamw(1e-3, weight_decay=_schedule),
+        TypeError,
+        "`adamw` needs weight_decay to be a number (a schedule of the decay is not supported; "
+        "it is multiplied by the scheduled learning rate when placed before "
+        "`scale_by_learning_rate`). Received: weight_decay=<schedule>.",
     ),
     # Structural options.
     (

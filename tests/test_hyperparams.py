@@ -465,3 +465,16 @@ def test_set_accepts_scalars_of_any_real_dtype():
         stored = optx.get_hyperparams(new)["learning_rate"]
         assert stored.dtype == jnp.float32
         assert float(stored) == float(value)
+
+
+def test_set_hyperparams_checks_with_the_transforms_own_ranges():
+    params = {"w": jnp.ones((2, 3))}
+    # SM3 allows b2 = 1 (its default); Adam does not: the rule is the transform's, not the name's.
+    state = optx.set_hyperparams(optx.scale_by_sm3().init(params), b2=1.0)
+    assert float(optx.get_hyperparams(state)["b2"]) == 1.0
+    with pytest.raises(ValueError) as info:
+        optx.set_hyperparams(optx.adam(0.1).init(params), b2=1.0)
+    assert str(info.value) == "`set_hyperparams` needs b2 in [0, 1). Received: b2=1.0."
+    with pytest.raises(ValueError) as info:
+        optx.set_hyperparams(optx.ftrl(0.1).init(params), beta=-1.0)
+    assert str(info.value) == "`set_hyperparams` needs beta finite and >= 0. Received: beta=-1.0."

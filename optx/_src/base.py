@@ -12,6 +12,7 @@ This is the protocol of optax's ``GradientTransformation``; optax, Flax's ``Trai
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
@@ -111,6 +112,11 @@ class Transform:
         """Returns the initial state of this transform for ``params``."""
         raise NotImplementedError
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "init" in cls.__dict__ and cls.__dict__["init"] is not Transform.init:
+            cls.init = _recording_rules(cls.__dict__["init"])  # type: ignore[method-assign]
+
     def update(
         self, updates: Updates, state: OptState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, OptState]:
@@ -151,6 +157,23 @@ class Transform:
                 continue
             args.append(f"{field.name}={_short_repr(value)}")
         return f"{self.name}({', '.join(args)})"
+
+
+def _recording_rules(init: Callable[..., Any]) -> Callable[..., Any]:
+    """Wraps ``init`` to record the transform's own ranges against the type of its state.
+
+    `set_hyperparams` sees only the state; this lets it check a value with the rule of the
+    transform that made the state rather than the name's default rule.
+    """
+
+    @functools.wraps(init)
+    def recording_init(self: Transform, params: Params) -> OptState:
+        state = init(self, params)
+        if self.ranges and isinstance(getattr(state, "hyperparams", None), dict):
+            hp.register_state_rules(type(state), self.ranges)
+        return state
+
+    return recording_init
 
 
 def _short_repr(value: Any) -> str:

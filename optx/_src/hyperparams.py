@@ -49,6 +49,14 @@ _RULES: dict[str, tuple[str, Any]] = {
     "threshold": _POSITIVE,
     "loss_scale_factor": _POSITIVE,
     "step_size": _FINITE,
+    "rho": _UNIT_OPEN,
+    "initial_scale": _NONNEG,
+    "initial_accumulator_value": _NONNEG,
+    "momentum_decay": _NONNEG,
+    # Tolerances and floors of reduce_on_plateau.
+    "rtol": _UNIT_CLOSED,
+    "atol": _NONNEG,
+    "min_scale": _NONNEG,
 }
 
 
@@ -286,17 +294,51 @@ def set_hyperparams(state: Any, values: Mapping[str, Any] | None = None, /, **kw
                 f"Received: {name}={new!r}. This state has: {known}."
             )
         (_, _, path, stored, leaf) = matches[0]
-        replacements[path] = _stored_value(name, stored, new, leaf)
+        owner = (
+            _owner_type(state, path[: path.index(jax.tree_util.GetAttrKey(_FIELD))])
+            if (jax.tree_util.GetAttrKey(_FIELD) in path)
+            else None
+        )
+        replacements[path] = _stored_value(name, stored, new, leaf, owner)
     return jax.tree_util.tree_map_with_path(
         lambda path, leaf: replacements.get(tuple(path), leaf), state
     )
 
 
-def _stored_value(name: str, stored: str, new: Any, leaf: jax.Array) -> jax.Array:
+# Per-transform ranges, by the type of the state that holds the hyperparameters. Filled by
+# `Transform.init` (see base.py), so `set_hyperparams` checks a value as the transform's
+# own factory would (SM3's b2 may be 1; Adam's may not).
+_STATE_RULES: dict[type, dict[str, tuple[str, Any]]] = {}
+
+
+def register_state_rules(state_type: type, rules: Mapping[str, tuple[str, Any]]) -> None:
+    """Records the range rules of the hyperparameters held by states of ``state_type``."""
+    if rules:
+        _STATE_RULES.setdefault(state_type, {}).update(rules)
+
+
+def _owner_type(state: Any, path: tuple[Any, ...]) -> type | None:
+    """The type of the node at ``path`` in ``state`` (the holder of a hyperparams dict)."""
+    node = state
+    for key in path:
+        if isinstance(key, jax.tree_util.SequenceKey):
+            node = node[key.idx]
+        elif isinstance(key, jax.tree_util.DictKey):
+            node = node[key.key]
+        elif isinstance(key, jax.tree_util.GetAttrKey):
+            node = getattr(node, key.name)
+        else:
+            return None
+    return type(node)
+
+
+def _stored_value(
+    name: str, stored: str, new: Any, leaf: jax.Array, owner: type | None = None
+) -> jax.Array:
     public = stored.removeprefix(_ONE_MINUS)
     concrete = not isinstance(new, Tracer)
     if concrete and np.shape(new) == ():
-        new = validate("set_hyperparams", public, new)
+        new = validate("set_hyperparams", public, new, _STATE_RULES.get(owner, {}).get(public))
     shape = np.shape(new)
     if shape not in ((), np.shape(leaf)):
         raise ValueError(

@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 import jax
 
 from optx._src import checks
+from optx._src import hyperparams as hp
 from optx._src.base import Params, Transform, Updates, transform
 from optx._src.combine import MaskSpec, masked
 from optx._src.tree import is_none
@@ -25,6 +26,16 @@ class AddDecayedWeights(Transform):
     name = "add_decayed_weights"
     hyperparams = ("weight_decay",)
     weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if callable(self.weight_decay):
+            raise TypeError(
+                f"`{hp.current(self.name)}` needs weight_decay to be a number (a schedule of "
+                f"the decay is not supported; it is multiplied by the scheduled learning rate "
+                f"when placed before `scale_by_learning_rate`). "
+                f"Received: weight_decay={self.weight_decay!r}."
+            )
+        super().__post_init__()
 
     def init(self, params: Params) -> AddDecayedWeightsState:
         del params

@@ -1,11 +1,16 @@
-"""The Adam family: `scale_by_adam`, `adam`, `adamw`."""
+"""The Adam family's core: `scale_by_adam` (Adam, NAdam) and the optimizers `adam`, `adamw`.
+
+The rest of the family builds on the helpers here: `nadam.py`, `amsgrad.py`, `adamax.py`,
+`radam.py`.
+"""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import DTypeLike
 
 from optx._src import checks
@@ -24,6 +29,72 @@ from optx._src.momentum import zeros_like
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
 
+EPS_PLACEMENTS = ("optax", "keras")
+
+
+def eps_placement_option(api: str, value: Any) -> str:
+    """Checks an ``eps_placement`` option: ``"optax"`` or ``"keras"``."""
+    if not isinstance(value, str) or value not in EPS_PLACEMENTS:
+        raise ValueError(
+            f"`{hp.current(api)}` needs eps_placement to be 'optax' or 'keras'. "
+            f"Received: eps_placement={value!r}."
+        )
+    return value
+
+
+def flag_option(api: str, name: str, value: Any) -> bool:
+    """Checks a boolean option (a structural switch: a truthy string would be a mistake)."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(
+            f"`{hp.current(api)}` needs {name} to be a bool. Received: {name}={value!r}."
+        )
+    return bool(value)
+
+
+def dtype_options(tx: Transform, *names: str) -> None:
+    """Normalises the slot dtype options ``names`` of ``tx`` (see `checks.dtype_option`)."""
+    for name in names:
+        object.__setattr__(tx, name, checks.dtype_option(tx.name, name, getattr(tx, name)))
+
+
+def unzip(tuples: Any, like: Any, n: int) -> tuple[Any, ...]:
+    """Splits a tree of ``n``-tuples (one per leaf of ``like``) into ``n`` trees."""
+    treedef = jax.tree.structure(like)
+    flat = treedef.flatten_up_to(tuples)
+    return tuple(jax.tree.unflatten(treedef, [t[i] for t in flat]) for i in range(n))
+
+
+def first_moment_scalars(
+    h: dict[str, jax.Array], count: jax.Array, nesterov: bool
+) -> tuple[jax.Array, jax.Array | None]:
+    """Scalars ``(k_m, k_g)`` with the corrected first moment ``k_m * m_t + k_g * g_t``.
+
+    Plain: ``m_t / (1 - b1^t)``. Nesterov (NAdam, as optax):
+    ``b1 m_t / (1 - b1^(t+1)) + (1 - b1) g_t / (1 - b1^t)``. ``k_g`` is ``None`` without
+    Nesterov, so the leaves skip that term.
+    """
+    bc1 = hp.bias_correction(h, "b1", count)
+    if not nesterov:
+        return 1 / bc1, None
+    bc1_next = hp.bias_correction(h, "b1", safe_increment(count))
+    return hp.value(h, "b1") / bc1_next, hp.one_minus(h, "b1") / bc1
+
+
+def nadam_schedule(
+    h: dict[str, jax.Array], count: jax.Array, product: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """NAdam's momentum schedule: ``(k_m, k_g, new product)`` for step ``count``.
+
+    ``mu_t = b1 (1 - 0.5 * 0.96^(psi t))`` with ``psi = momentum_decay``; the product of the
+    ``mu`` so far is kept in the state (Keras's ``u_product``).
+    """
+    b1, psi = hp.value(h, "b1"), h["momentum_decay"]
+    t = count.astype(jnp.float32)
+    mu = b1 * (1 - 0.5 * jnp.power(jnp.float32(0.96), psi * t))
+    mu_next = b1 * (1 - 0.5 * jnp.power(jnp.float32(0.96), psi * (t + 1)))
+    product = product * mu
+    return mu_next / (1 - product * mu_next), (1 - mu) / (1 - product), product
+
 
 class ScaleByAdamState(NamedTuple):
     """State of `scale_by_adam`: step count, first and second moments, hyperparameters."""
@@ -34,13 +105,27 @@ class ScaleByAdamState(NamedTuple):
     hyperparams: dict[str, jax.Array]
 
 
+class ScaleByNadamState(NamedTuple):
+    """State of `scale_by_adam` with NAdam's momentum schedule (``momentum_decay`` set).
+
+    ``u_product`` is the product of the scheduled momenta so far (a float32 scalar).
+    """
+
+    count: jax.Array
+    mu: Params
+    nu: Params
+    u_product: jax.Array
+    hyperparams: dict[str, jax.Array]
+
+
 @transform
 class ScaleByAdam(Transform):
     """See `scale_by_adam`."""
 
     name = "scale_by_adam"
-    hyperparams = ("b1", "b2", "eps", "eps_root")
+    hyperparams = ("b1", "b2", "eps", "eps_root", "momentum_decay")
     decays = ("b1", "b2")
+    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"momentum_decay": hp.NONNEG}
     b1: float = 0.9
     b2: float = 0.999
     eps: float = 1e-8
@@ -48,25 +133,50 @@ class ScaleByAdam(Transform):
     mu_dtype: Any = None
     nesterov: bool = False
     nu_dtype: Any = None
+    eps_placement: str = "optax"
+    # Optional: ``None`` (optax's constant momentum) is neither validated nor stored.
+    momentum_decay: float | None = None
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        for field in ("mu_dtype", "nu_dtype"):
-            dtype = checks.dtype_option(self.name, field, getattr(self, field))
-            object.__setattr__(self, field, dtype)
+        for field in self.hyperparam_names():
+            value = hp.validate(self.name, field, getattr(self, field), self.ranges.get(field))
+            object.__setattr__(self, field, value)
+        dtype_options(self, "mu_dtype", "nu_dtype")
+        object.__setattr__(self, "nesterov", flag_option(self.name, "nesterov", self.nesterov))
+        eps_placement_option(self.name, self.eps_placement)
+        if self.momentum_decay is not None and not self.nesterov:
+            raise ValueError(
+                f"`{hp.current(self.name)}` needs nesterov=True to use momentum_decay "
+                f"(NAdam's momentum schedule). Received: momentum_decay={self.momentum_decay!r}"
+                f", nesterov=False."
+            )
 
-    def init(self, params: Params) -> ScaleByAdamState:
+    def hyperparam_names(self) -> tuple[str, ...]:
+        names = ("b1", "b2", "eps", "eps_root")
+        return names if self.momentum_decay is None else (*names, "momentum_decay")
+
+    def init_hyperparams(self) -> dict[str, jax.Array]:
+        return hp.initial({f: getattr(self, f) for f in self.hyperparam_names()}, self.decays)
+
+    def __repr__(self) -> str:
+        text = super().__repr__()
+        return text.replace(", momentum_decay=None)", ")")
+
+    def init(self, params: Params) -> ScaleByAdamState | ScaleByNadamState:
         checks.float_params(f"{self.name}.init", params)
-        return ScaleByAdamState(
-            zero_count(),
-            zeros_like(params, self.mu_dtype),
-            zeros_like(params, self.nu_dtype),
-            self.init_hyperparams(),
-        )
+        mu, nu = zeros_like(params, self.mu_dtype), zeros_like(params, self.nu_dtype)
+        h = self.init_hyperparams()
+        if self.momentum_decay is None:
+            return ScaleByAdamState(zero_count(), mu, nu, h)
+        return ScaleByNadamState(zero_count(), mu, nu, jnp.ones([], jnp.float32), h)
 
     def update(
-        self, updates: Updates, state: ScaleByAdamState, params: Params | None = None, **extra: Any
-    ) -> tuple[Updates, ScaleByAdamState]:
+        self,
+        updates: Updates,
+        state: ScaleByAdamState | ScaleByNadamState,
+        params: Params | None = None,
+        **extra: Any,
+    ) -> tuple[Updates, ScaleByAdamState | ScaleByNadamState]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.mu, "updates", "the state")
         h = state.hyperparams
@@ -74,23 +184,31 @@ class ScaleByAdam(Transform):
         b2, c2 = hp.value(h, "b2"), hp.one_minus(h, "b2")
         eps, eps_root = h["eps"], h["eps_root"]
         count = safe_increment(state.count)
-        # Bias corrections are scalars, computed once per step rather than per leaf.
-        bc1 = hp.bias_correction(h, "b1", count)
+        # Scalars computed once per step; the leaves only multiply by them.
         bc2 = hp.bias_correction(h, "b2", count)
-        bc1_next = hp.bias_correction(h, "b1", safe_increment(count))
+        if self.momentum_decay is None:
+            k_m, k_g = first_moment_scalars(h, count, self.nesterov)
+        else:
+            k_m, k_g, product = nadam_schedule(h, count, state.u_product)
+        if self.eps_placement == "keras":
+            # m_hat sqrt(1 - b2^t) / (sqrt(v) + eps): eps on the uncorrected sqrt(v).
+            root = jnp.sqrt(bc2)
+            k_m, k_g, k_v = k_m * root, None if k_g is None else k_g * root, None
+        else:
+            k_v = 1 / bc2
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
             new_m = c1 * g + b1 * m
             new_v = c2 * jnp.square(g) + b2 * v
-            nesterov = b1 * (new_m / bc1_next) + c1 * (g / bc1) if self.nesterov else None
-            m_hat = new_m / bc1 if nesterov is None else nesterov
-            u = m_hat / (jnp.sqrt(new_v / bc2 + eps_root) + eps)
+            m_hat = new_m * k_m if k_g is None else new_m * k_m + g * k_g
+            v_hat = new_v if k_v is None else new_v * k_v
+            u = m_hat / (jnp.sqrt(v_hat + eps_root) + eps)
             return u.astype(g.dtype), new_m.astype(m.dtype), new_v.astype(v.dtype)
 
-        treedef = jax.tree.structure(updates)
-        triples = treedef.flatten_up_to(jax.tree.map(leaf, updates, state.mu, state.nu))
-        u, mu, nu = (jax.tree.unflatten(treedef, [t[i] for t in triples]) for i in range(3))
-        return u, ScaleByAdamState(count, mu, nu, h)
+        u, mu, nu = unzip(jax.tree.map(leaf, updates, state.mu, state.nu), updates, 3)
+        if self.momentum_decay is None:
+            return u, ScaleByAdamState(count, mu, nu, h)
+        return u, ScaleByNadamState(count, mu, nu, product, h)
 
 
 def scale_by_adam(
@@ -102,6 +220,8 @@ def scale_by_adam(
     *,
     nesterov: bool = False,
     nu_dtype: DTypeLike | None = None,
+    eps_placement: str = "optax",
+    momentum_decay: float | None = None,
 ) -> ScaleByAdam:
     r"""Rescales updates by Adam's bias-corrected moment estimates.
 
@@ -112,9 +232,23 @@ def scale_by_adam(
        u_t = \hat m_t / (\sqrt{\hat v_t + \bar\epsilon} + \epsilon)
 
     with :math:`\beta_1` = ``b1``, :math:`\beta_2` = ``b2``, :math:`\epsilon` = ``eps``
-    and :math:`\bar\epsilon` = ``eps_root``. With ``nesterov=True``,
-    :math:`\hat m_t = \beta_1 m_t / (1-\beta_1^{t+1}) + (1-\beta_1) g_t / (1-\beta_1^t)`
-    (NAdam). The arithmetic runs in at least float32 whatever the moments' dtypes.
+    and :math:`\bar\epsilon` = ``eps_root``. With ``nesterov=True`` (NAdam),
+    :math:`\hat m_t = \beta_1 m_t / (1-\beta_1^{t+1}) + (1-\beta_1) g_t / (1-\beta_1^t)`.
+
+    ``eps_placement="keras"`` adds :math:`\epsilon` to the uncorrected :math:`\sqrt{v_t}`,
+    as Keras and TF do: :math:`u_t = \alpha_t m_t / (\sqrt{v_t + \bar\epsilon} +
+    \epsilon)` with the scalar :math:`\alpha_t = \sqrt{1-\beta_2^t} / (1-\beta_1^t)`
+    (the learning rate stays in `scale_by_learning_rate`). In bias-corrected terms the
+    effective epsilon is :math:`\epsilon / \sqrt{1-\beta_2^t}`, 31.6 :math:`\epsilon` at
+    the first step for :math:`\beta_2 = 0.999`.
+
+    ``momentum_decay`` :math:`\psi` (with ``nesterov=True``) gives NAdam's momentum
+    schedule :math:`\mu_t = \beta_1 (1 - \tfrac12\, 0.96^{\psi t})`, with
+    :math:`\Pi_t = \prod_{s \le t} \mu_s` kept in the state (`ScaleByNadamState`):
+    :math:`\hat m_t = \mu_{t+1} m_t / (1 - \Pi_t \mu_{t+1}) + (1 - \mu_t) g_t /
+    (1 - \Pi_t)`. Keras's Nadam uses :math:`\psi = 1`, PyTorch's and TF's legacy one
+    :math:`\psi = 0.004`. The arithmetic runs in at least float32 whatever the moments'
+    dtypes.
 
     Args:
       b1: decay of the first moment, in [0, 1).
@@ -124,13 +258,19 @@ def scale_by_adam(
       mu_dtype: dtype of the first moment; ``None`` uses each parameter's dtype.
       nesterov: use Nesterov momentum (NAdam).
       nu_dtype: dtype of the second moment; ``None`` uses each parameter's dtype.
+      eps_placement: ``"optax"`` (epsilon after the bias correction) or ``"keras"``.
+      momentum_decay: :math:`\psi \ge 0` of NAdam's momentum schedule, or ``None`` for a
+        constant :math:`\beta_1` (optax). Needs ``nesterov=True``.
 
     Returns:
-      The transform. ``b1``, ``b2``, ``eps`` and ``eps_root`` are dynamic hyperparameters.
+      The transform. ``b1``, ``b2``, ``eps``, ``eps_root`` (and ``momentum_decay`` when
+      set) are dynamic hyperparameters.
 
     Raises:
-      ValueError: a beta is outside [0, 1), or ``eps`` / ``eps_root`` is negative.
-      TypeError: a moment dtype is not a floating dtype.
+      ValueError: a beta is outside [0, 1), ``eps``, ``eps_root`` or ``momentum_decay`` is
+        negative, ``eps_placement`` is unknown, or ``momentum_decay`` is set without
+        ``nesterov``.
+      TypeError: a moment dtype is not a floating dtype, or ``nesterov`` is not a bool.
 
     Example:
       >>> import jax.numpy as jnp, optx
@@ -143,7 +283,9 @@ def scale_by_adam(
       Kingma and Ba, "Adam: A Method for Stochastic Optimization", ICLR 2015;
       Dozat, "Incorporating Nesterov Momentum into Adam", ICLR Workshop 2016.
     """
-    return ScaleByAdam(b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype)
+    return ScaleByAdam(
+        b1, b2, eps, eps_root, mu_dtype, nesterov, nu_dtype, eps_placement, momentum_decay
+    )
 
 
 def adam(
@@ -155,6 +297,9 @@ def adam(
     mu_dtype: DTypeLike | None = None,
     *,
     nesterov: bool = False,
+    nu_dtype: DTypeLike | None = None,
+    eps_placement: str = "optax",
+    momentum_decay: float | None = None,
 ) -> Chain:
     r"""The Adam optimizer: `scale_by_adam` then `scale_by_learning_rate`.
 
@@ -169,6 +314,10 @@ def adam(
       eps_root: added inside the square root.
       mu_dtype: dtype of the first moment; ``None`` uses each parameter's dtype.
       nesterov: use Nesterov momentum (NAdam).
+      nu_dtype: dtype of the second moment; ``None`` uses each parameter's dtype.
+      eps_placement: ``"optax"``, or ``"keras"`` for Keras's epsilon on the uncorrected
+        :math:`\sqrt{v_t}` (see `scale_by_adam`).
+      momentum_decay: NAdam's momentum schedule (see `scale_by_adam`); needs ``nesterov``.
 
     Returns:
       ``chain(scale_by_adam(...), scale_by_learning_rate(learning_rate))``.
@@ -193,7 +342,17 @@ def adam(
     """
     with hp.caller("adam"):
         return chain(
-            scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov),
+            scale_by_adam(
+                b1,
+                b2,
+                eps,
+                eps_root,
+                mu_dtype,
+                nesterov=nesterov,
+                nu_dtype=nu_dtype,
+                eps_placement=eps_placement,
+                momentum_decay=momentum_decay,
+            ),
             scale_by_learning_rate(learning_rate),
         )
 
@@ -209,6 +368,9 @@ def adamw(
     mask: MaskSpec | None = None,
     *,
     nesterov: bool = False,
+    nu_dtype: DTypeLike | None = None,
+    eps_placement: str = "optax",
+    momentum_decay: float | None = None,
 ) -> Chain:
     r"""Adam with decoupled weight decay (AdamW).
 
@@ -225,6 +387,9 @@ def adamw(
       weight_decay: :math:`\lambda \ge 0`.
       mask: which parameters to decay (see `add_decayed_weights`); ``None`` decays all.
       nesterov: use Nesterov momentum.
+      nu_dtype: dtype of the second moment; ``None`` uses each parameter's dtype.
+      eps_placement: ``"optax"`` or ``"keras"`` (see `scale_by_adam`).
+      momentum_decay: NAdam's momentum schedule (see `scale_by_adam`); needs ``nesterov``.
 
     Returns:
       ``chain(scale_by_adam(...), add_decayed_weights(weight_decay, mask),
@@ -244,7 +409,17 @@ def adamw(
     """
     with hp.caller("adamw"):
         return chain(
-            scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov),
+            scale_by_adam(
+                b1,
+                b2,
+                eps,
+                eps_root,
+                mu_dtype,
+                nesterov=nesterov,
+                nu_dtype=nu_dtype,
+                eps_placement=eps_placement,
+                momentum_decay=momentum_decay,
+            ),
             add_decayed_weights(weight_decay, mask),
             scale_by_learning_rate(learning_rate),
         )

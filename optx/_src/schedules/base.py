@@ -9,10 +9,13 @@ an int32 that never overflows (DESIGN D5); it is converted to float32 inside.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import inspect
 import math
 import numbers
+import sys
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +32,8 @@ class Schedule:
 
     Subclasses set ``class_name`` (the public factory's name, also the ``class_name`` of
     their config) and implement ``value(count)`` on a float32 count. Fields that hold other
-    schedules are listed in ``schedule_fields`` so configs nest.
+    schedules are listed in ``schedule_fields`` so configs nest. The factory, a function
+    named ``class_name`` in the class's module, sets which keys a config must and may hold.
 
     Example:
       >>> import optx
@@ -82,6 +86,7 @@ class Schedule:
         return f"{self.class_name}({args})"
 
 
+@dataclass_transform(frozen_default=True)
 def register(cls: S) -> S:
     """Class decorator: a frozen dataclass, registered for `from_config` under its name."""
     cls = dataclasses.dataclass(frozen=True, repr=False)(cls)
@@ -101,7 +106,11 @@ def _plain(value: Any) -> Any:
 
 def _encode(value: Any) -> Any:
     if isinstance(value, Schedule):
-        return value.get_config()
+        config = value.get_config()
+        # Keras-style schedules return a flat config (Keras's format): nest it.
+        if "class_name" not in config:
+            config = {"class_name": value.class_name, "config": config}
+        return config
     if isinstance(value, tuple | list):
         return [_encode(v) for v in value]
     if isinstance(value, numbers.Number):
@@ -133,7 +142,8 @@ def from_config(config: Mapping[str, Any]) -> Schedule:
 
     Raises:
       ValueError: ``config`` is malformed, or names an unknown class.
-      TypeError: its ``config`` has arguments the class does not take.
+      TypeError: its ``config`` has arguments the class does not take, or lacks one that
+        the class needs.
 
     Example:
       >>> import json, optx
@@ -143,14 +153,19 @@ def from_config(config: Mapping[str, Any]) -> Schedule:
     """
     if not isinstance(config, Mapping) or "class_name" not in config:
         raise ValueError(
-            f"`from_config` needs a dict with 'class_name' and 'config' keys. "
-            f"Received: {config!r}."
+            f"`from_config` needs a dict with 'class_name' and 'config' keys. Received: {config!r}."
         )
     name = config["class_name"]
     if name not in _REGISTRY:
+        close = difflib.get_close_matches(str(name), _REGISTRY, n=1)
+        hint = (
+            f"Did you mean {close[0]!r}?"
+            if close
+            else "The names are those of the schedule factories, such as 'linear_schedule'."
+        )
         raise ValueError(
-            f"`from_config` needs a known schedule class_name. Received: class_name={name!r}. "
-            f"Known: {sorted(_REGISTRY)}."
+            f"`from_config` needs the class_name of a known schedule. "
+            f"Received: class_name={name!r}. {hint}"
         )
     inner = config.get("config", {})
     if not isinstance(inner, Mapping):
@@ -158,14 +173,40 @@ def from_config(config: Mapping[str, Any]) -> Schedule:
             f"`from_config` needs 'config' to be a dict of arguments. Received: config={inner!r}."
         )
     cls = _REGISTRY[name]
-    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(inner) - known)
+    required, known = _arguments(cls)
+    unknown = sorted(set(inner) - set(known))
     if unknown:
         raise TypeError(
-            f"`from_config` got arguments that {name} does not take: {unknown}. "
-            f"It takes: {sorted(known)}."
+            f"`from_config` got arguments that {name} does not take: {unknown}. It takes: {known}."
+        )
+    missing = [key for key in required if key not in inner]
+    if missing:
+        raise TypeError(
+            f"`from_config` needs every required argument of {name}. Missing: {missing}. "
+            f"Received: config={dict(inner)!r}."
         )
     return cls.from_config(inner)
+
+
+def _arguments(cls: type[Schedule]) -> tuple[list[str], list[str]]:
+    """The required and all argument names of a schedule's config, in order.
+
+    They are the parameters of its factory, the function named ``class_name`` in the
+    class's module (a config holds the factory's arguments, e.g. ``value`` for
+    `constant_schedule`); without one, the dataclass's fields.
+    """
+    factory = getattr(sys.modules.get(cls.__module__), cls.class_name, None)
+    if inspect.isfunction(factory):
+        params = list(inspect.signature(factory).parameters.values())
+        required = [p.name for p in params if p.default is inspect.Parameter.empty]
+        return required, [p.name for p in params]
+    fields = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
+    required = [
+        f.name
+        for f in fields
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    return required, [f.name for f in fields]
 
 
 def registered() -> dict[str, type[Schedule]]:

@@ -87,7 +87,9 @@ class PolynomialSchedule(Schedule):
 
     def value(self, count: jax.Array) -> jax.Array:
         count = jnp.clip(count - self.transition_begin, 0, self.transition_steps)
-        frac = 1 - count / self.transition_steps
+        # Clipped: under jit XLA computes count * (1 / T), which can pass 1 by an ulp; a
+        # negative base would make a fractional power NaN.
+        frac = jnp.clip(1 - count / self.transition_steps, 0.0, 1.0)
         return (self.init_value - self.end_value) * frac**self.power + self.end_value
 
 

@@ -1,0 +1,228 @@
+"""AdEMAMix: Adam with a mixture of a fast and a slow momentum, `scale_by_ademamix`, `ademamix`."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.typing import DTypeLike
+
+from optx._src import checks
+from optx._src import hyperparams as hp
+from optx._src.algorithms.adam import dtype_options, unzip
+from optx._src.base import (
+    Params,
+    ScalarOrSchedule,
+    Transform,
+    Updates,
+    safe_increment,
+    transform,
+    zero_count,
+)
+from optx._src.combine import Chain, MaskSpec, chain
+from optx._src.momentum import zeros_like
+from optx._src.scaling import scale_by_learning_rate
+from optx._src.weight_decay import add_decayed_weights
+
+
+class ScaleByAdemamixState(NamedTuple):
+    """State of `scale_by_ademamix`: step count, fast and slow EMAs, second moment."""
+
+    count: jax.Array
+    m1: Params
+    m2: Params
+    nu: Params
+    hyperparams: dict[str, jax.Array]
+
+
+@transform
+class ScaleByAdemamix(Transform):
+    """See `scale_by_ademamix`."""
+
+    name = "scale_by_ademamix"
+    hyperparams = ("b1", "b2", "b3", "alpha", "eps", "eps_root")
+    decays = ("b1", "b2", "b3")
+    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"b3": hp.UNIT_OPEN, "alpha": hp.NONNEG}
+    b1: float = 0.9
+    b2: float = 0.999
+    b3: ScalarOrSchedule = 0.9999
+    alpha: ScalarOrSchedule = 6.0
+    eps: float = 1e-8
+    eps_root: float = 0.0
+    mu_dtype: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        dtype_options(self, "mu_dtype")
+
+    def init(self, params: Params) -> ScaleByAdemamixState:
+        checks.float_params(f"{self.name}.init", params)
+        zeros = zeros_like(params, self.mu_dtype)
+        return ScaleByAdemamixState(zero_count(), zeros, zeros, zeros, self.init_hyperparams())
+
+    def update(
+        self,
+        updates: Updates,
+        state: ScaleByAdemamixState,
+        params: Params | None = None,
+        **extra: Any,
+    ) -> tuple[Updates, ScaleByAdemamixState]:
+        del params, extra
+        checks.same_tree(f"{self.name}.update", updates, state.m1, "updates", "the state")
+        h = state.hyperparams
+        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
+        b2, c2 = hp.value(h, "b2"), hp.one_minus(h, "b2")
+        if callable(self.b3):
+            b3 = jnp.asarray(self.b3(state.count), jnp.float32)
+            c3 = 1 - b3
+        else:
+            b3, c3 = hp.value(h, "b3"), hp.one_minus(h, "b3")
+        alpha = (
+            jnp.asarray(self.alpha(state.count), jnp.float32)
+            if callable(self.alpha)
+            else h["alpha"]
+        )
+        eps, eps_root = h["eps"], h["eps_root"]
+        count = safe_increment(state.count)
+        # Scalars once per step: the slow EMA is not bias-corrected (it would start too
+        # loud); the fast one and the second moment are, as in Adam.
+        k1 = 1 / hp.bias_correction(h, "b1", count)
+        k2 = 1 / hp.bias_correction(h, "b2", count)
+
+        def leaf(g: jax.Array, m1: jax.Array, m2: jax.Array, v: jax.Array) -> tuple[Any, ...]:
+            new_m1 = c1 * g + b1 * m1
+            new_m2 = c3 * g + b3 * m2
+            new_v = c2 * jnp.square(g) + b2 * v
+            u = (new_m1 * k1 + alpha * new_m2) / (jnp.sqrt(new_v * k2 + eps_root) + eps)
+            return (
+                u.astype(g.dtype),
+                new_m1.astype(m1.dtype),
+                new_m2.astype(m2.dtype),
+                new_v.astype(v.dtype),
+            )
+
+        flat = jax.tree.map(leaf, updates, state.m1, state.m2, state.nu)
+        u, m1, m2, nu = unzip(flat, updates, 4)
+        return u, ScaleByAdemamixState(count, m1, m2, nu, h)
+
+
+def scale_by_ademamix(
+    b1: float = 0.9,
+    b2: float = 0.999,
+    b3: ScalarOrSchedule = 0.9999,
+    alpha: ScalarOrSchedule = 6.0,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+    mu_dtype: DTypeLike | None = None,
+) -> ScaleByAdemamix:
+    r"""Rescales updates by AdEMAMix: Adam's moments plus a slow EMA of the gradients.
+
+    .. math::
+       m^{(1)}_t = \beta_1 m^{(1)}_{t-1} + (1-\beta_1) g_t, \quad
+       m^{(2)}_t = \beta_3 m^{(2)}_{t-1} + (1-\beta_3) g_t, \quad
+       \nu_t = \beta_2 \nu_{t-1} + (1-\beta_2) g_t^2, \\
+       u_t = \frac{m^{(1)}_t / (1-\beta_1^t) + \alpha\, m^{(2)}_t}
+       {\sqrt{\nu_t / (1-\beta_2^t) + \bar\epsilon} + \epsilon}
+
+    with :math:`\beta_1, \beta_2, \beta_3, \alpha, \epsilon, \bar\epsilon` = ``b1``, ``b2``,
+    ``b3``, ``alpha``, ``eps``, ``eps_root``. The slow EMA :math:`m^{(2)}` keeps gradients
+    from thousands of steps back (:math:`1/(1-\beta_3)` = 10,000 steps by default); it is
+    not bias-corrected. ``b3`` and ``alpha`` may be schedules of the step count (0 on the
+    first update): the paper warms both up, since a large :math:`\alpha` on a young slow
+    EMA destabilises early training.
+
+    Args:
+      b1: decay of the fast EMA, in [0, 1).
+      b2: decay of the second moment, in [0, 1).
+      b3: decay of the slow EMA, in [0, 1), or a schedule.
+      alpha: weight :math:`\alpha \ge 0` of the slow EMA, or a schedule. (``6.0`` here,
+        ``5.0`` in `ademamix`, as in optax.)
+      eps: added to the denominator outside the square root, >= 0.
+      eps_root: added inside the square root, >= 0.
+      mu_dtype: dtype of the three slots (both EMAs and the second moment, as optax);
+        ``None`` uses each parameter's dtype.
+
+    Returns:
+      The transform. ``b1``, ``b2``, ``eps``, ``eps_root`` and ``b3`` and ``alpha`` when
+      they are numbers are dynamic hyperparameters.
+
+    Raises:
+      ValueError: a beta is outside [0, 1), or ``alpha``, ``eps`` or ``eps_root`` is
+        negative.
+      TypeError: ``mu_dtype`` is not a floating dtype.
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> tx = optx.scale_by_ademamix(alpha=1.0, b3=0.5)
+      >>> updates, _ = tx.update({"w": jnp.array([2.0, -3.0])}, tx.init({"w": jnp.zeros(2)}))
+      >>> updates["w"].round(4)  # 1 (Adam's first step) + alpha * (1 - b3) * sign(g)
+      Array([ 1.5, -1.5], dtype=float32)
+
+    References:
+      Pagliardini, Ablin and Grangier, "The AdEMAMix Optimizer: Better, Faster, Older",
+      ICLR 2025 (arXiv:2409.03137).
+    """
+    return ScaleByAdemamix(b1, b2, b3, alpha, eps, eps_root, mu_dtype)
+
+
+def ademamix(
+    learning_rate: ScalarOrSchedule,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    b3: ScalarOrSchedule = 0.9999,
+    alpha: ScalarOrSchedule = 5.0,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+    mu_dtype: DTypeLike | None = None,
+    weight_decay: float = 0.0,
+    mask: MaskSpec | None = None,
+) -> Chain:
+    r"""The AdEMAMix optimizer, with decoupled weight decay.
+
+    .. math:: \theta_t = \theta_{t-1} - \eta_t\,\bigl(u_t + \lambda\,\theta_{t-1}\bigr)
+
+    with :math:`u_t` of `scale_by_ademamix`. It suits long runs; with few steps a smaller
+    ``b3`` (e.g. 0.999) does better (the paper's appendix C.1.5).
+
+    Args:
+      learning_rate: :math:`\eta`, a non-negative number or a schedule.
+      b1: decay of the fast EMA, in [0, 1).
+      b2: decay of the second moment, in [0, 1).
+      b3: decay of the slow EMA, in [0, 1), or a schedule.
+      alpha: weight of the slow EMA, >= 0, or a schedule.
+      eps: added to the denominator outside the square root, >= 0.
+      eps_root: added inside the square root, >= 0.
+      mu_dtype: dtype of the slots; ``None`` uses each parameter's dtype.
+      weight_decay: :math:`\lambda \ge 0`.
+      mask: which parameters to decay (see `add_decayed_weights`); ``None`` decays all.
+
+    Returns:
+      ``chain(scale_by_ademamix(...), add_decayed_weights(weight_decay, mask),
+      scale_by_learning_rate(learning_rate))``.
+
+    Raises:
+      ValueError: an argument is out of range (see `scale_by_ademamix`).
+
+    Example:
+      >>> import jax, jax.numpy as jnp, optx
+      >>> params = jnp.array([1.0, -2.0])
+      >>> tx = optx.ademamix(0.05, b3=0.99)
+      >>> state = tx.init(params)
+      >>> loss = lambda p: jnp.sum(p**2)
+      >>> for _ in range(200):
+      ...     updates, state = tx.update(jax.grad(loss)(params), state, params)
+      ...     params = optx.apply_updates(params, updates)
+      >>> bool(loss(params) < 0.05)  # from 5.0
+      True
+
+    References:
+      Pagliardini, Ablin and Grangier, "The AdEMAMix Optimizer: Better, Faster, Older",
+      ICLR 2025 (arXiv:2409.03137).
+    """
+    with hp.caller("ademamix"):
+        return chain(
+            scale_by_ademamix(b1, b2, b3, alpha, eps, eps_root, mu_dtype),
+            add_decayed_weights(weight_decay, mask),
+            scale_by_learning_rate(learning_rate),
+        )

@@ -1,0 +1,343 @@
+"""Adam variants with another second moment: AdaBelief and Yogi.
+
+`scale_by_belief` and `adabelief`; `scale_by_yogi` and `yogi`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from optx._src import checks
+from optx._src import hyperparams as hp
+from optx._src.base import (
+    Params,
+    ScalarOrSchedule,
+    Transform,
+    Updates,
+    safe_increment,
+    transform,
+    zero_count,
+)
+from optx._src.combine import Chain, chain
+from optx._src.scaling import scale_by_learning_rate
+
+
+def _unzip3(triples: Any, like: Any) -> tuple[Any, Any, Any]:
+    treedef = jax.tree.structure(like)
+    flat = treedef.flatten_up_to(triples)
+    return tuple(jax.tree.unflatten(treedef, [t[i] for t in flat]) for i in range(3))  # type: ignore[return-value]
+
+
+class ScaleByBeliefState(NamedTuple):
+    """State of `scale_by_belief`: step count, first moment, belief, hyperparameters."""
+
+    count: jax.Array
+    mu: Params
+    nu: Params
+    hyperparams: dict[str, jax.Array]
+
+
+@transform
+class ScaleByBelief(Transform):
+    """See `scale_by_belief`."""
+
+    name = "scale_by_belief"
+    hyperparams = ("b1", "b2", "eps", "eps_root")
+    decays = ("b1", "b2")
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-16
+    eps_root: float = 1e-16
+    nesterov: bool = False
+
+    def init(self, params: Params) -> ScaleByBeliefState:
+        checks.float_params(f"{self.name}.init", params)
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        return ScaleByBeliefState(zero_count(), zeros, zeros, self.init_hyperparams())
+
+    def update(
+        self,
+        updates: Updates,
+        state: ScaleByBeliefState,
+        params: Params | None = None,
+        **extra: Any,
+    ) -> tuple[Updates, ScaleByBeliefState]:
+        del params, extra
+        checks.same_tree(f"{self.name}.update", updates, state.mu, "updates", "the state")
+        h = state.hyperparams
+        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
+        b2, c2 = hp.value(h, "b2"), hp.one_minus(h, "b2")
+        eps, eps_root = h["eps"], h["eps_root"]
+        count = safe_increment(state.count)
+        bc1 = hp.bias_correction(h, "b1", count)
+        bc2 = hp.bias_correction(h, "b2", count)
+        bc1_next = hp.bias_correction(h, "b1", safe_increment(count))
+
+        def leaf(g: jax.Array, m: jax.Array, s: jax.Array) -> tuple[jax.Array, ...]:
+            new_m = c1 * g + b1 * m
+            new_s = c2 * jnp.square(g - new_m) + b2 * s + eps_root
+            m_hat = b1 * (new_m / bc1_next) + c1 * (g / bc1) if self.nesterov else new_m / bc1
+            u = m_hat / (jnp.sqrt(new_s / bc2) + eps)
+            return u.astype(g.dtype), new_m.astype(m.dtype), new_s.astype(s.dtype)
+
+        u, mu, nu = _unzip3(jax.tree.map(leaf, updates, state.mu, state.nu), updates)
+        return u, ScaleByBeliefState(count, mu, nu, h)
+
+
+def scale_by_belief(
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-16,
+    eps_root: float = 1e-16,
+    *,
+    nesterov: bool = False,
+) -> ScaleByBelief:
+    r"""Rescales updates by AdaBelief's estimates: the mean and the belief in it.
+
+    .. math::
+       m_t = \beta_1 m_{t-1} + (1-\beta_1)\,g_t, \quad
+       s_t = \beta_2 s_{t-1} + (1-\beta_2)\,(g_t - m_t)^2 + \bar\epsilon, \\
+       u_t = \frac{m_t / (1-\beta_1^t)}{\sqrt{s_t / (1-\beta_2^t)} + \epsilon}
+
+    with :math:`\beta_1` = ``b1``, :math:`\beta_2` = ``b2``, :math:`\epsilon` = ``eps``
+    and :math:`\bar\epsilon` = ``eps_root``. Where Adam divides by the spread of the
+    gradients around zero, AdaBelief divides by their spread around the running mean
+    :math:`m_t`: small where the gradient is as predicted, so the step is large there.
+    With ``nesterov=True`` the numerator is
+    :math:`\beta_1 m_t / (1-\beta_1^{t+1}) + (1-\beta_1) g_t / (1-\beta_1^t)`.
+
+    Args:
+      b1: decay of the first moment, in [0, 1).
+      b2: decay of the belief :math:`s`, in [0, 1).
+      eps: added to the denominator outside the square root, >= 0.
+      eps_root: added to :math:`s_t` at every step (so kept in the state), >= 0. The paper
+        uses ``eps=1e-8, eps_root=0``.
+      nesterov: use Nesterov momentum.
+
+    Returns:
+      The transform. ``b1``, ``b2``, ``eps`` and ``eps_root`` are dynamic hyperparameters.
+
+    Raises:
+      ValueError: a beta is outside [0, 1), or ``eps`` / ``eps_root`` is negative.
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> tx = optx.scale_by_belief()
+      >>> updates, _ = tx.update({"w": jnp.array([2.0, -3.0])}, tx.init({"w": jnp.zeros(2)}))
+      >>> updates  # first step: m = 0.1 g, s = 0.001 (0.9 g)^2, so u = g / (0.9 |g|)
+      {'w': Array([ 1.1111112, -1.1111112], dtype=float32)}
+
+    References:
+      Zhuang, Tang, Ding, Tatikonda, Dvornek, Papademetris and Duncan, "AdaBelief
+      Optimizer: Adapting Stepsizes by the Belief in Observed Gradients", NeurIPS 2020.
+    """
+    return ScaleByBelief(b1, b2, eps, eps_root, nesterov)
+
+
+def adabelief(
+    learning_rate: ScalarOrSchedule,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-16,
+    eps_root: float = 1e-16,
+    *,
+    nesterov: bool = False,
+) -> Chain:
+    r"""The AdaBelief optimizer: `scale_by_belief` then `scale_by_learning_rate`.
+
+    .. math:: \theta_t = \theta_{t-1} - \eta_t\,\hat m_t / (\sqrt{\hat s_t} + \epsilon)
+
+    with :math:`\hat m_t`, :math:`\hat s_t` the bias-corrected mean and belief of
+    `scale_by_belief`.
+
+    Args:
+      learning_rate: :math:`\eta`, a non-negative number or a schedule.
+      b1: decay of the first moment, in [0, 1).
+      b2: decay of the belief, in [0, 1).
+      eps: added to the denominator outside the square root, >= 0.
+      eps_root: added to the belief at every step, >= 0.
+      nesterov: use Nesterov momentum.
+
+    Returns:
+      ``chain(scale_by_belief(...), scale_by_learning_rate(learning_rate))``.
+
+    Raises:
+      ValueError: an argument is out of range (see `scale_by_belief`).
+
+    Example:
+      >>> import jax, jax.numpy as jnp, optx
+      >>> params = jnp.array([1.0, -2.0])
+      >>> tx = optx.adabelief(0.1)
+      >>> state = tx.init(params)
+      >>> for _ in range(200):
+      ...     grads = jax.grad(lambda p: jnp.sum(p**2))(params)
+      ...     updates, state = tx.update(grads, state, params)
+      ...     params = optx.apply_updates(params, updates)
+      >>> bool(jnp.all(jnp.abs(params) < 0.1))
+      True
+
+    References:
+      Zhuang, Tang, Ding, Tatikonda, Dvornek, Papademetris and Duncan, "AdaBelief
+      Optimizer: Adapting Stepsizes by the Belief in Observed Gradients", NeurIPS 2020.
+    """
+    with hp.caller("adabelief"):
+        return chain(
+            scale_by_belief(b1, b2, eps, eps_root, nesterov=nesterov),
+            scale_by_learning_rate(learning_rate),
+        )
+
+
+class ScaleByYogiState(NamedTuple):
+    """State of `scale_by_yogi`: step count, first and second moments, hyperparameters."""
+
+    count: jax.Array
+    mu: Params
+    nu: Params
+    hyperparams: dict[str, jax.Array]
+
+
+@transform
+class ScaleByYogi(Transform):
+    """See `scale_by_yogi`."""
+
+    name = "scale_by_yogi"
+    hyperparams = ("b1", "b2", "eps", "eps_root", "initial_accumulator_value")
+    decays = ("b1", "b2")
+    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"initial_accumulator_value": hp.NONNEG}
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-3
+    eps_root: float = 0.0
+    initial_accumulator_value: float = 1e-6
+
+    def init(self, params: Params) -> ScaleByYogiState:
+        checks.float_params(f"{self.name}.init", params)
+        full = jax.tree.map(
+            lambda p: jnp.full(jnp.shape(p), self.initial_accumulator_value, p.dtype), params
+        )
+        return ScaleByYogiState(zero_count(), full, full, self.init_hyperparams())
+
+    def update(
+        self, updates: Updates, state: ScaleByYogiState, params: Params | None = None, **extra: Any
+    ) -> tuple[Updates, ScaleByYogiState]:
+        del params, extra
+        checks.same_tree(f"{self.name}.update", updates, state.mu, "updates", "the state")
+        h = state.hyperparams
+        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
+        c2 = hp.one_minus(h, "b2")
+        eps, eps_root = h["eps"], h["eps_root"]
+        count = safe_increment(state.count)
+        bc1 = hp.bias_correction(h, "b1", count)
+        bc2 = hp.bias_correction(h, "b2", count)
+
+        def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
+            new_m = c1 * g + b1 * m
+            g2 = jnp.square(g)
+            # Moves v towards g^2 by (1 - b2) g^2: additively, unlike Adam's average.
+            new_v = v - c2 * jnp.sign(v - g2) * g2
+            u = (new_m / bc1) / (jnp.sqrt(new_v / bc2 + eps_root) + eps)
+            return u.astype(g.dtype), new_m.astype(m.dtype), new_v.astype(v.dtype)
+
+        u, mu, nu = _unzip3(jax.tree.map(leaf, updates, state.mu, state.nu), updates)
+        return u, ScaleByYogiState(count, mu, nu, h)
+
+
+def scale_by_yogi(
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-3,
+    eps_root: float = 0.0,
+    initial_accumulator_value: float = 1e-6,
+) -> ScaleByYogi:
+    r"""Rescales updates by Yogi's moments: Adam with an additive second-moment update.
+
+    .. math::
+       m_t = \beta_1 m_{t-1} + (1-\beta_1)\,g_t, \quad
+       v_t = v_{t-1} - (1-\beta_2)\operatorname{sign}(v_{t-1} - g_t^2)\,g_t^2, \\
+       u_t = \frac{m_t / (1-\beta_1^t)}{\sqrt{v_t / (1-\beta_2^t) + \bar\epsilon}
+       + \epsilon}
+
+    with :math:`\beta_1` = ``b1``, :math:`\beta_2` = ``b2``, :math:`\epsilon` = ``eps``,
+    :math:`\bar\epsilon` = ``eps_root``, and :math:`m_0 = v_0` =
+    ``initial_accumulator_value``. Adam's :math:`v` moves by
+    :math:`(1-\beta_2)(g_t^2 - v_{t-1})`, a large jump when :math:`v_{t-1}` is large;
+    Yogi's moves by at most :math:`(1-\beta_2)\,g_t^2`, so the effective learning rate
+    rises slowly when gradients shrink.
+
+    Args:
+      b1: decay of the first moment, in [0, 1).
+      b2: rate of the second moment, in [0, 1).
+      eps: added to the denominator outside the square root, >= 0.
+      eps_root: added inside the square root, >= 0.
+      initial_accumulator_value: the starting value of both moments, >= 0. ``init``
+        reads it; changing it with `set_hyperparams` afterwards has no effect.
+
+    Returns:
+      The transform. Its five arguments are dynamic hyperparameters.
+
+    Raises:
+      ValueError: an argument is out of range.
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> tx = optx.scale_by_yogi(eps=0.0, initial_accumulator_value=0.0)
+      >>> updates, _ = tx.update({"w": jnp.array([2.0, -3.0])}, tx.init({"w": jnp.zeros(2)}))
+      >>> updates
+      {'w': Array([ 1., -1.], dtype=float32)}
+
+    References:
+      Zaheer, Reddi, Sachan, Kale and Kumar, "Adaptive Methods for Nonconvex
+      Optimization", NeurIPS 2018.
+    """
+    return ScaleByYogi(b1, b2, eps, eps_root, initial_accumulator_value)
+
+
+def yogi(
+    learning_rate: ScalarOrSchedule,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-3,
+) -> Chain:
+    r"""The Yogi optimizer: `scale_by_yogi` then `scale_by_learning_rate`.
+
+    .. math:: \theta_t = \theta_{t-1} - \eta_t\,\hat m_t / (\sqrt{\hat v_t} + \epsilon)
+
+    with Yogi's additive second moment :math:`v` (see `scale_by_yogi`), both moments
+    starting at ``1e-6``.
+
+    Args:
+      learning_rate: :math:`\eta`, a non-negative number or a schedule.
+      b1: decay of the first moment, in [0, 1).
+      b2: rate of the second moment, in [0, 1).
+      eps: added to the denominator, >= 0 (the paper's default, ``1e-3``).
+
+    Returns:
+      ``chain(scale_by_yogi(b1, b2, eps), scale_by_learning_rate(learning_rate))``.
+
+    Raises:
+      ValueError: an argument is out of range.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, optx
+      >>> params = jnp.array([1.0, -2.0])
+      >>> tx = optx.yogi(0.1)
+      >>> state = tx.init(params)
+      >>> for _ in range(200):
+      ...     grads = jax.grad(lambda p: jnp.sum(p**2))(params)
+      ...     updates, state = tx.update(grads, state, params)
+      ...     params = optx.apply_updates(params, updates)
+      >>> bool(jnp.all(jnp.abs(params) < 0.1))
+      True
+
+    References:
+      Zaheer, Reddi, Sachan, Kale and Kumar, "Adaptive Methods for Nonconvex
+      Optimization", NeurIPS 2018.
+    """
+    with hp.caller("yogi"):
+        return chain(
+            scale_by_yogi(b1, b2, eps),
+            scale_by_learning_rate(learning_rate),
+        )

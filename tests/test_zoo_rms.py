@@ -1,0 +1,798 @@
+"""The RMS-style family (rmsprop, adagrad, adadelta) and SGD's momentum conventions.
+
+Parity with optax over 100 jitted steps; float64 NumPy transcriptions of optax's and of
+Keras's formulas (Keras's conventions are options of the same building blocks); Keras itself
+on the JAX backend for a few steps; convergence; bfloat16 parameters with float32 slots;
+every error message.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "jax")  # before keras is imported
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import optx
+
+STEPS = 100
+# Float32 round-off, relative to the largest entry of each leaf (`assert_close`): the two
+# libraries evaluate the same formulas in the same order.
+RTOL, ATOL = 1e-6, 1e-7
+# Against the float64 NumPy transcriptions: 100 float32 steps accumulate round-off in the
+# parameters and the slots (measured: at most 6e-7 of a leaf's scale; see `-s`).
+REF_RTOL = 3e-6
+
+
+# ---------------------------------------------------------------------------------------
+# Data and runners.
+
+
+def make_params() -> Any:
+    """A nested float32 pytree: dicts and lists, matrices, vectors, a 3-D kernel, a scalar."""
+    rng = np.random.default_rng(0)
+
+    def normal(*shape: int) -> jax.Array:
+        return jnp.asarray(rng.standard_normal(shape), jnp.float32)
+
+    return {
+        "dense": {"kernel": normal(3, 4), "bias": normal(4)},
+        "blocks": [{"conv": normal(2, 3, 2)}, normal(5)],
+        "scale": normal(),
+    }
+
+
+def small_params() -> Any:
+    """A matrix and a vector: the tree of the NumPy and bfloat16 checks (compiles faster)."""
+    params = make_params()
+    return {"w": params["dense"]["kernel"], "b": params["blocks"][1]}
+
+
+def make_grads(params: Any, steps: int = STEPS) -> Any:
+    """Gradients for each step (leading axis), their magnitude swinging between 0.2 and 2.2."""
+    rng = np.random.default_rng(1)
+    magnitude = 0.2 + 2.0 * np.sin(0.3 * np.arange(steps)) ** 2
+
+    def draw(p: jax.Array) -> jax.Array:
+        g = rng.standard_normal((steps, *p.shape)) * magnitude.reshape((steps,) + (1,) * p.ndim)
+        return jnp.asarray(g, jnp.float32)
+
+    return jax.tree.map(draw, params)
+
+
+def run(tx: Any, apply_updates: Callable[..., Any], params: Any, grads: Any) -> tuple[Any, Any]:
+    """The parameters and state after one jitted `lax.scan` of ``tx`` over ``grads``."""
+
+    def go(params: Any, grads: Any) -> tuple[Any, Any]:
+        def step(carry: tuple, g: Any) -> tuple:
+            p, s = carry
+            u, s = tx.update(g, s, p)
+            return (apply_updates(p, u), s), None
+
+        return jax.lax.scan(step, (params, tx.init(params)), grads)[0]
+
+    return jax.jit(go)(params, grads)
+
+
+def assert_close(name: str, actual: Any, expected: Any, rtol: float, atol: float = ATOL) -> float:
+    """Leaf by leaf ``|actual - expected| <= atol + rtol * max|expected|``; returns (and
+    prints) the largest error relative to the leaf's scale.
+    """
+    a_leaves, e_leaves = jax.tree.leaves(actual), jax.tree.leaves(expected)
+    assert len(a_leaves) == len(e_leaves), name
+    worst = 0.0
+    for i, (a, e) in enumerate(zip(a_leaves, e_leaves, strict=True)):
+        a, e = np.asarray(a, np.float64), np.asarray(e, np.float64)
+        assert a.shape == e.shape, f"{name}[{i}]: {a.shape} vs {e.shape}"
+        scale = float(np.max(np.abs(e))) if e.size else 0.0
+        err = float(np.max(np.abs(a - e))) if e.size else 0.0
+        worst = max(worst, err / scale if scale else err)
+        np.testing.assert_allclose(a, e, rtol=0, atol=atol + rtol * scale, err_msg=f"{name}[{i}]")
+    print(f"{name}: max err / leaf scale {worst:.3g}")
+    return worst
+
+
+# State entries both libraries keep, by attribute name, in tree order.
+SLOTS = ("nu", "mu", "sum_of_squares", "e_g", "e_x", "trace", "count")
+_COUNTED = (
+    "ScaleByRmsState",
+    "ScaleByRStdDevState",
+    "ScaleByRmsWithCountState",
+    "ScaleByRStdDevWithCountState",
+)
+
+
+def slots(state: Any) -> dict[str, list[Any]]:
+    """The leaves under each `SLOTS` attribute (counts of the RMS states only)."""
+    out: dict[str, list[Any]] = {}
+
+    def visit(node: Any) -> bool:
+        fields = getattr(node, "_fields", None)
+        if fields is None:
+            return False
+        for field in fields:
+            if field in SLOTS and (field != "count" or type(node).__name__ in _COUNTED):
+                out.setdefault(field, []).extend(jax.tree.leaves(getattr(node, field)))
+        return True
+
+    jax.tree_util.tree_flatten(state, is_leaf=visit)
+    return out
+
+
+def halving(count: jax.Array) -> jax.Array:
+    """A learning rate that changes every step: 0.1 * 0.5**count."""
+    return 0.1 * 0.5 ** jnp.asarray(count, jnp.float32)
+
+
+def decaying(count: jax.Array) -> jax.Array:
+    """0.05 * 0.97**count: decays over the 100 steps."""
+    return 0.05 * 0.97 ** jnp.asarray(count, jnp.float32)
+
+
+# ---------------------------------------------------------------------------------------
+# Parity with optax.
+
+# (id, optx transform, optax transform, slots compared). The building blocks run inside
+# the optimizers; `scale_by_stddev` is also checked alone.
+PARITY = [
+    (
+        "scale_by_stddev/bias_correction_outside",
+        lambda: optx.scale_by_stddev(0.95, 1e-4, 0.1, False, True),
+        lambda: optax.scale_by_stddev(0.95, 1e-4, 0.1, False, True),
+        ("mu", "nu", "count"),
+    ),
+    (
+        "rmsprop/momentum",
+        lambda: optx.rmsprop(1e-2, momentum=0.9),
+        lambda: optax.rmsprop(1e-2, momentum=0.9),
+        ("nu", "trace"),
+    ),
+    (
+        "rmsprop/centered_nesterov_schedule",
+        lambda: optx.rmsprop(decaying, 0.95, 1e-7, centered=True, momentum=0.8, nesterov=True),
+        lambda: optax.rmsprop(decaying, 0.95, 1e-7, centered=True, momentum=0.8, nesterov=True),
+        ("mu", "nu", "trace"),
+    ),
+    (
+        # eps outside the root, initial scale 1, momentum, bias correction (b = 0.99).
+        "rmsprop/all_options",
+        lambda: optx.rmsprop(1e-2, 0.99, 1e-6, 1.0, False, False, 0.5, False, True),
+        lambda: optax.rmsprop(1e-2, 0.99, 1e-6, 1.0, False, False, 0.5, False, True),
+        ("nu", "trace", "count"),
+    ),
+    (
+        "adagrad",
+        lambda: optx.adagrad(decaying, 0.0, 1e-5),
+        lambda: optax.adagrad(decaying, 0.0, 1e-5),
+        ("sum_of_squares",),
+    ),
+    (
+        # optax's `None` ascends (see test_adadelta_default_learning_rate_descends): compare
+        # optx's default with optax's explicit 1.0.
+        "adadelta/default",
+        lambda: optx.adadelta(),
+        lambda: optax.adadelta(1.0),
+        ("e_g", "e_x"),
+    ),
+    (
+        "adadelta/weight_decay_schedule",
+        lambda: optx.adadelta(decaying, 0.95, 1e-7, weight_decay=0.1),
+        lambda: optax.adadelta(decaying, 0.95, 1e-7, weight_decay=0.1),
+        ("e_g", "e_x"),
+    ),
+    (
+        # The Keras convention is optax's trace after the learning rate.
+        "sgd/keras_convention_nesterov",
+        lambda: optx.sgd(halving, 0.8, True, momentum_convention="keras"),
+        lambda: optax.chain(optax.scale_by_learning_rate(halving), optax.trace(0.8, True)),
+        ("trace",),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "compared"), [c[1:] for c in PARITY], ids=[c[0] for c in PARITY]
+)
+def test_parity_with_optax(ours: Callable, theirs: Callable, compared: tuple[str, ...]) -> None:
+    params = make_params()
+    grads = make_grads(params)
+    p1, s1 = run(ours(), optx.apply_updates, params, grads)
+    p2, s2 = run(theirs(), optax.apply_updates, params, grads)
+    # optx's bias correction, -expm1(t log1p(-(1 - b))), and optax's 1 - float32(b)**t differ
+    # by ~t * 3e-8 / (1 - b**t) relative: below 1e-6 for b <= 0.99 (measured: 2.5e-7).
+    assert_close("params", p1, p2, RTOL)
+    ours_slots, theirs_slots = slots(s1), slots(s2)
+    assert set(compared) <= set(ours_slots), sorted(ours_slots)
+    for name in compared:
+        assert_close(name, ours_slots[name], theirs_slots[name], RTOL)
+
+
+def test_adadelta_default_learning_rate_descends() -> None:
+    """``adadelta()`` (``learning_rate=None``) is Zeiler's method with learning rate 1.
+
+    optax 0.2.8's ``adadelta(None)`` drops the learning-rate stage and its sign flip, so it
+    climbs; optx's ``None`` means 1.0 and descends.
+    """
+    f = lambda p: jnp.sum(p**2)  # noqa: E731
+    x0 = jnp.array([1.0, -2.0, 3.0])
+
+    def final(tx: Any, apply: Callable) -> jax.Array:
+        x, state = x0, tx.init(x0)
+        for _ in range(20):
+            u, state = tx.update(jax.grad(f)(x), state, x)
+            x = apply(x, u)
+        return x
+
+    ours = final(optx.adadelta(), optx.apply_updates)
+    assert f(ours) < f(x0)
+    np.testing.assert_allclose(ours, final(optax.adadelta(1.0), optax.apply_updates), rtol=1e-6)
+    assert float(optx.get_hyperparams(optx.adadelta().init(x0))["learning_rate"]) == 1.0
+
+
+# ---------------------------------------------------------------------------------------
+# NumPy (float64) transcriptions.
+
+
+def reference(step: Callable[..., Any], params: Any, grads: Any, **slots0: Any) -> list:
+    """Runs ``step(p, g, t, slots) -> p`` (``slots`` a dict it updates) leaf by leaf in
+    float64, with ``t`` the 1-based step; returns the final leaves.
+    """
+    out = []
+    for p, gs in zip(jax.tree.leaves(params), jax.tree.leaves(grads), strict=True):
+        p = np.asarray(p, np.float64)
+        state = {k: np.full(p.shape, v, np.float64) for k, v in slots0.items()}
+        for t, g in enumerate(np.asarray(gs, np.float64), 1):
+            p = step(p, g, t, state)
+        out.append(p)
+    return out
+
+
+def check_reference(name: str, tx: Any, step: Callable, **slots0: Any) -> None:
+    """``tx`` against the NumPy ``step`` over 100 jitted steps on a matrix and a vector."""
+    params = small_params()
+    grads = make_grads(params)
+    ours, _ = run(tx, optx.apply_updates, params, grads)
+    assert_close(name, jax.tree.leaves(ours), reference(step, params, grads, **slots0), REF_RTOL)
+
+
+def lr_at(lr: Any, t: int) -> float:
+    """The learning rate of 1-based step ``t`` (schedules see the 0-based count)."""
+    return float(lr(jnp.asarray(t - 1))) if callable(lr) else lr
+
+
+def np_rmsprop(lr, decay=0.9, eps=1e-8, initial_scale=0.0, eps_in_sqrt=True, centered=False,
+               momentum=None, nesterov=False, bias_correction=False):  # fmt: skip
+    """optax's rmsprop: the learning rate before the momentum trace (``initial_scale`` is
+    the start of the ``nu`` slot, given to `reference`).
+    """
+
+    def step(p, g, t, s):
+        s["nu"] = decay * s["nu"] + (1 - decay) * g * g
+        s["mu"] = decay * s["mu"] + (1 - decay) * g
+        bc = 1 - decay**t if bias_correction else 1.0
+        d = s["nu"] / bc - (s["mu"] / bc) ** 2 if centered else s["nu"] / bc
+        u = -lr_at(lr, t) * (g / np.sqrt(d + eps) if eps_in_sqrt else g / (np.sqrt(d) + eps))
+        if momentum is not None:
+            s["tr"] = u + momentum * s["tr"]
+            u = u + momentum * s["tr"] if nesterov else s["tr"]
+        return p + u
+
+    return step
+
+
+RMSPROP_REFERENCE = [
+    (
+        "initial_scale_outside",
+        dict(learning_rate=1e-2, decay=0.8, initial_scale=0.5, eps_in_sqrt=False),
+    ),
+    ("centered_momentum", dict(learning_rate=decaying, centered=True, momentum=0.9)),
+    (
+        "everything",
+        dict(
+            learning_rate=decaying,
+            eps=1e-4,
+            initial_scale=1.0,
+            eps_in_sqrt=False,
+            centered=True,
+            momentum=0.7,
+            nesterov=True,
+            bias_correction=True,
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "kwargs", [c[1] for c in RMSPROP_REFERENCE], ids=[c[0] for c in RMSPROP_REFERENCE]
+)
+def test_rmsprop_matches_numpy(kwargs: dict) -> None:
+    step = np_rmsprop(
+        kwargs["learning_rate"], **{k: v for k, v in kwargs.items() if k != "learning_rate"}
+    )
+    nu0 = kwargs.get("initial_scale", 0.0)
+    check_reference("rmsprop", optx.rmsprop(**kwargs), step, nu=nu0, mu=0.0, tr=0.0)
+
+
+def np_keras_rmsprop(lr, rho, momentum, epsilon, centered):
+    """Keras 3's RMSprop.update_step, in its own variables (velocity, average gradient)."""
+
+    def step(w, g, t, s):
+        s["velocity"] = rho * s["velocity"] + (1 - rho) * g * g
+        if centered:
+            s["average_gradient"] = rho * s["average_gradient"] + (1 - rho) * g
+            denominator = s["velocity"] - s["average_gradient"] ** 2 + epsilon
+        else:
+            denominator = s["velocity"] + epsilon
+        increment = lr * g / np.sqrt(denominator)
+        if momentum > 0:
+            s["momentum"] = momentum * s["momentum"] + increment
+            return w - s["momentum"]
+        return w - increment
+
+    return step
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+@pytest.mark.parametrize("centered", [False, True])
+def test_rmsprop_equals_keras_formula(momentum: float, centered: bool) -> None:
+    """Keras's RMSprop is optax's with matched hyperparameters (keras-semantics §2.2, §2.15)."""
+    tx = optx.rmsprop(1e-2, decay=0.8, eps=1e-7, centered=centered, momentum=momentum or None)
+    step = np_keras_rmsprop(1e-2, 0.8, momentum, 1e-7, centered)
+    check_reference("keras rmsprop", tx, step, velocity=0.0, average_gradient=0.0, momentum=0.0)
+
+
+def np_adagrad(lr, initial, eps, eps_in_sqrt):
+    """Keras 3 (eps inside the root) or TF OptimizerV2's ApplyAdagradV2 (eps outside)."""
+
+    def step(w, g, t, s):
+        s["accumulator"] = s["accumulator"] + g * g
+        a = s["accumulator"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            u = g / np.sqrt(a + eps) if eps_in_sqrt else g / (np.sqrt(a) + eps)
+        return w - lr_at(lr, t) * np.where(a > 0, u, 0.0)
+
+    return step
+
+
+@pytest.mark.parametrize(
+    ("lr", "initial", "eps", "eps_in_sqrt"),
+    [(0.1, 0.1, 1e-7, True), (decaying, 0.0, 1e-3, False)],
+    ids=["keras", "tf_legacy_schedule"],
+)
+def test_adagrad_matches_numpy(lr: Any, initial: float, eps: float, eps_in_sqrt: bool) -> None:
+    tx = optx.adagrad(lr, initial, eps, eps_in_sqrt=eps_in_sqrt)
+    check_reference("adagrad", tx, np_adagrad(lr, initial, eps, eps_in_sqrt), accumulator=initial)
+
+
+def test_adagrad_zero_accumulator_gives_zero_update() -> None:
+    for eps_in_sqrt in (True, False):
+        tx = optx.scale_by_rss(0.0, 0.0, eps_in_sqrt=eps_in_sqrt)
+        g = {"w": jnp.array([0.0, 3.0])}
+        u, _ = tx.update(g, tx.init(g))
+        np.testing.assert_array_equal(u["w"], [0.0, 1.0])
+
+
+def np_keras_adadelta(lr, rho, epsilon, weight_decay=0.0):
+    """Keras 3's Adadelta.update_step (Δ negative, w ← w + η Δ), after optax's coupled decay."""
+
+    def step(w, g, t, s):
+        g = g + weight_decay * w
+        s["accumulated_grad"] = rho * s["accumulated_grad"] + (1 - rho) * g * g
+        delta = -np.sqrt(s["accumulated_delta_var"] + epsilon) * g
+        delta = delta / np.sqrt(s["accumulated_grad"] + epsilon)
+        s["accumulated_delta_var"] = rho * s["accumulated_delta_var"] + (1 - rho) * delta**2
+        return w + lr_at(lr, t) * delta
+
+    return step
+
+
+@pytest.mark.parametrize(
+    ("args", "weight_decay"),
+    [((1e-3, 0.95, 1e-7), 0.0), ((decaying, 0.5, 1e-4), 0.05)],
+    ids=["keras_defaults", "weight_decay_schedule"],
+)
+def test_adadelta_matches_keras_formula(args: tuple, weight_decay: float) -> None:
+    tx = optx.adadelta(*args, weight_decay=weight_decay)
+    step = np_keras_adadelta(*args, weight_decay)
+    check_reference("adadelta", tx, step, accumulated_grad=0.0, accumulated_delta_var=0.0)
+
+
+def np_sgd(lr, momentum, nesterov, convention):
+    def step(w, g, t, s):
+        eta = lr_at(lr, t)
+        if convention == "keras":  # v = m v - lr g; w += v (Nesterov: w += m v - lr g)
+            s["v"] = momentum * s["v"] - eta * g
+            return w + (momentum * s["v"] - eta * g if nesterov else s["v"])
+        s["v"] = g + momentum * s["v"]  # t = g + m t; w -= lr t (Nesterov: lr (g + m t))
+        return w - eta * (g + momentum * s["v"] if nesterov else s["v"])
+
+    return step
+
+
+@pytest.mark.parametrize("convention", ["optax", "keras"])
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_sgd_conventions_match_numpy(nesterov: bool, convention: str) -> None:
+    tx = optx.sgd(halving, 0.9, nesterov, momentum_convention=convention)
+    check_reference(f"sgd {convention}", tx, np_sgd(halving, 0.9, nesterov, convention), v=0.0)
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_sgd_conventions_agree_for_a_constant_learning_rate_only(nesterov: bool) -> None:
+    params = small_params()
+    grads = make_grads(params)
+
+    def final(lr: Any, convention: str) -> Any:
+        tx = optx.sgd(lr, 0.9, nesterov, momentum_convention=convention)
+        return run(tx, optx.apply_updates, params, grads)[0]
+
+    # Constant: v = -lr * t, the same numbers up to float32 round-off.
+    assert_close("constant", final(0.05, "keras"), final(0.05, "optax"), 1e-5)
+    # Scheduled: the Keras velocity keeps each gradient at its own step's learning rate.
+    diff = jax.tree.map(lambda a, b: jnp.max(jnp.abs(a - b)), final(halving, "keras"),
+                        final(halving, "optax"))  # fmt: skip
+    assert max(map(float, jax.tree.leaves(diff))) > 0.1
+
+
+def test_sgd_keras_convention_state_names() -> None:
+    tx = optx.sgd(0.1, 0.9, momentum_convention="keras")
+    state = tx.init(make_params())
+    assert isinstance(state[0], optx.ScaleByLearningRateState)
+    assert isinstance(state[1], optx.TraceState)
+    assert sorted(optx.get_hyperparams(state)) == ["learning_rate", "momentum"]
+    assert tx != optx.sgd(0.1, 0.9)
+    # Without momentum the convention changes only the order of the chain.
+    plain = optx.sgd(0.1, momentum_convention="keras")
+    g = {"w": jnp.array([1.0, -2.0])}
+    np.testing.assert_array_equal(
+        plain.update(g, plain.init(g))[0]["w"],
+        optx.sgd(0.1).update(g, optx.sgd(0.1).init(g))[0]["w"],
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Keras itself (JAX backend), a few steps.
+
+
+def _keras_cases() -> list:
+    return [
+        ("RMSprop", dict(learning_rate=0.01, rho=0.8), lambda: optx.rmsprop(0.01, 0.8, 1e-7)),
+        (
+            "RMSprop",
+            dict(learning_rate=0.01, momentum=0.9, centered=True),
+            lambda: optx.rmsprop(0.01, 0.9, 1e-7, centered=True, momentum=0.9),
+        ),
+        ("Adagrad", dict(learning_rate=0.1), lambda: optx.adagrad(0.1)),
+        ("Adadelta", dict(learning_rate=0.5), lambda: optx.adadelta(0.5, 0.95, 1e-7)),
+        (
+            "SGD",
+            dict(learning_rate="halving", momentum=0.9, nesterov=True),
+            lambda: optx.sgd(halving, 0.9, True, momentum_convention="keras"),
+        ),
+    ]
+
+
+@pytest.mark.parametrize("case", _keras_cases(), ids=lambda c: f"{c[0]}{sorted(c[1])}")
+def test_matches_keras(case: tuple) -> None:
+    import keras
+
+    assert keras.backend.backend() == "jax"
+    cls, kwargs, ours = case
+    if kwargs["learning_rate"] == "halving":
+        kwargs = {
+            **kwargs,
+            "learning_rate": keras.optimizers.schedules.ExponentialDecay(0.1, 1, 0.5),
+        }
+    rng = np.random.default_rng(3)
+    values = [
+        rng.standard_normal((3, 2)).astype(np.float32),
+        rng.standard_normal(4).astype(np.float32),
+    ]
+    grads = [[rng.standard_normal(v.shape).astype(np.float32) for v in values] for _ in range(5)]
+    variables = [keras.Variable(v) for v in values]
+    optimizer = getattr(keras.optimizers, cls)(**kwargs)
+    optimizer.build(variables)
+    tx = ours()
+    params = [jnp.asarray(v) for v in values]
+    state = tx.init(params)
+    for g in grads:
+        optimizer.apply_gradients(zip(g, variables, strict=True))
+        updates, state = tx.update([jnp.asarray(x) for x in g], state, params)
+        params = optx.apply_updates(params, updates)
+    assert_close(f"keras {cls}", params, [np.asarray(v) for v in variables], 1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# Convergence.
+
+CURVATURE = jnp.array([1.0, 10.0, 0.1])
+CENTER = jnp.array([1.0, -2.0, 3.0])
+
+
+def parabola(x: jax.Array) -> jax.Array:
+    return jnp.sum(CURVATURE * (x - CENTER) ** 2)
+
+
+def rosenbrock(x: jax.Array) -> jax.Array:
+    return (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2
+
+
+def cosine(peak: float, steps: int) -> Callable[[jax.Array], jax.Array]:
+    """Cosine decay to 0: RMS-normalised steps do not shrink with the gradient."""
+
+    def schedule(count: jax.Array) -> jax.Array:
+        t = jnp.minimum(count, steps).astype(jnp.float32) / steps
+        return peak * 0.5 * (1 + jnp.cos(jnp.pi * t))
+
+    return schedule
+
+
+PROBLEMS = {
+    "parabola": (parabola, jnp.zeros(3), CENTER),
+    "rosenbrock": (rosenbrock, jnp.array([-1.5, 2.0]), jnp.array([1.0, 1.0])),
+}
+
+# (id, transform, problem, steps, tolerance on the distance (max norm) to the minimum).
+# RMSProp takes steps of about the learning rate whatever the gradient, so it needs a
+# decaying schedule to settle, and so does Adadelta in Rosenbrock's curved valley (with a
+# constant rate it circles at ~0.5 from the minimum). Adagrad's steps shrink like 1/sqrt(t):
+# on Rosenbrock it needs many steps and gets a looser tolerance (observed: 5.5e-5; the others
+# end within 3e-5, most within 5e-6; see `-s`).
+CONVERGENCE = [
+    ("rmsprop", lambda: optx.rmsprop(cosine(0.05, 1000)), "parabola", 1000, 1e-4),
+    (
+        "rmsprop_centered_momentum",
+        lambda: optx.rmsprop(cosine(0.01, 1000), centered=True, momentum=0.9),
+        "parabola",
+        1000,
+        1e-4,
+    ),
+    ("adagrad", lambda: optx.adagrad(0.5), "parabola", 1000, 1e-4),
+    ("adadelta", lambda: optx.adadelta(), "parabola", 1000, 1e-4),
+    ("sgd_keras", lambda: optx.sgd(0.02, 0.9, momentum_convention="keras"), "parabola", 500, 1e-4),
+    ("rmsprop", lambda: optx.rmsprop(cosine(0.01, 3000), momentum=0.9), "rosenbrock", 3000, 1e-4),
+    ("adagrad", lambda: optx.adagrad(1.0), "rosenbrock", 20000, 1e-3),
+    ("adadelta", lambda: optx.adadelta(cosine(0.5, 20000)), "rosenbrock", 20000, 1e-4),
+    (
+        "sgd_keras_nesterov",
+        lambda: optx.sgd(1e-3, 0.9, True, momentum_convention="keras"),
+        "rosenbrock",
+        3000,
+        1e-4,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("make", "problem", "steps", "tol"),
+    [c[1:] for c in CONVERGENCE],
+    ids=[f"{c[0]}-{c[2]}" for c in CONVERGENCE],
+)
+def test_convergence(make: Callable, problem: str, steps: int, tol: float) -> None:
+    f, x0, minimum = PROBLEMS[problem]
+    tx = make()
+
+    @jax.jit
+    def go(x0: jax.Array) -> jax.Array:
+        def step(carry: tuple, _: None) -> tuple:
+            x, state = carry
+            updates, state = tx.update(jax.grad(f)(x), state, x)
+            return (optx.apply_updates(x, updates), state), None
+
+        return jax.lax.scan(step, (x0, tx.init(x0)), None, length=steps)[0][0]
+
+    x = go(x0)
+    err = float(jnp.max(jnp.abs(x - minimum)))
+    print(f"distance to the minimum {err:.3g}")
+    assert err < tol
+
+
+# ---------------------------------------------------------------------------------------
+# bfloat16 parameters, float32 slots.
+
+BF16_STEPS = 20
+# Each step rounds a bfloat16 parameter to 8 significant bits (at most 2^-9 relative), so
+# after 20 steps the two runs may differ by up to 20 * 2^-9 ~ 4e-2 of a leaf's scale; the
+# float32 slots keep the adaptive scaling itself exact (observed: at most 1.3e-2). Each
+# configuration moves its parameters by more than that bound, so the check is not vacuous.
+BF16_TOL = BF16_STEPS * 2.0**-9
+BF16 = [
+    ("rmsprop", lambda d: optx.rmsprop(1e-2, centered=True, momentum=0.9, accumulator_dtype=d)),
+    ("adagrad", lambda d: optx.adagrad(0.2, accumulator_dtype=d)),
+    # A large eps: the first steps are about sqrt(eps), and steps below half a bfloat16 ulp
+    # of the parameter are lost.
+    ("adadelta", lambda d: optx.adadelta(1.0, eps=1e-2, accumulator_dtype=d)),
+    (
+        "sgd_keras",
+        lambda d: optx.sgd(decaying, 0.9, accumulator_dtype=d, momentum_convention="keras"),
+    ),
+]
+
+
+@pytest.mark.parametrize("make", [c[1] for c in BF16], ids=[c[0] for c in BF16])
+def test_bfloat16_params_with_float32_slots(make: Callable) -> None:
+    params = small_params()
+    grads = make_grads(params, steps=BF16_STEPS)
+    p32, _ = run(make(None), optx.apply_updates, params, grads)
+    p16 = jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)
+    g16 = jax.tree.map(lambda g: g.astype(jnp.bfloat16), grads)
+    out, state = run(make(jnp.float32), optx.apply_updates, p16, g16)
+    assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(out))
+    slot_leaves = [x for k, v in slots(state).items() if k != "count" for x in v]
+    assert slot_leaves and all(x.dtype == jnp.float32 for x in slot_leaves)
+    assert_close("bf16 vs f32", out, p32, BF16_TOL, atol=0.0)
+    for p0, p1 in zip(jax.tree.leaves(params), jax.tree.leaves(p32), strict=True):
+        assert np.max(np.abs(p1 - p0)) > BF16_TOL * np.max(np.abs(p1))
+
+
+# ---------------------------------------------------------------------------------------
+# Errors.
+
+ERRORS = [
+    (lambda: optx.scale_by_rms(decay=1.0), ValueError,
+     "`scale_by_rms` needs decay in [0, 1). Received: decay=1.0."),
+    (lambda: optx.scale_by_rms(eps=-1e-8), ValueError,
+     "`scale_by_rms` needs eps finite and >= 0. Received: eps=-1e-08."),
+    (lambda: optx.scale_by_rms(initial_scale=-1.0), ValueError,
+     "`scale_by_rms` needs initial_scale finite and >= 0. Received: initial_scale=-1.0."),
+    (lambda: optx.scale_by_rms(nu_dtype="int32"), TypeError,
+     "`scale_by_rms` needs nu_dtype to be None or a floating dtype. Received: nu_dtype='int32'."),
+    (lambda: optx.scale_by_stddev(decay=-0.5), ValueError,
+     "`scale_by_stddev` needs decay in [0, 1). Received: decay=-0.5."),
+    (lambda: optx.scale_by_stddev(initial_scale=float("inf")), ValueError,
+     "`scale_by_stddev` needs initial_scale finite and >= 0. Received: initial_scale=inf."),
+    (lambda: optx.scale_by_stddev(mu_dtype="int8"), TypeError,
+     "`scale_by_stddev` needs mu_dtype to be None or a floating dtype. Received: mu_dtype='int8'."),
+    (lambda: optx.rmsprop(-1.0), ValueError,
+     "`rmsprop` needs learning_rate finite and >= 0. Received: learning_rate=-1.0."),
+    (lambda: optx.rmsprop(0.1, decay=1.5, centered=True), ValueError,
+     "`rmsprop` needs decay in [0, 1). Received: decay=1.5."),
+    (lambda: optx.rmsprop(0.1, eps=-1.0), ValueError,
+     "`rmsprop` needs eps finite and >= 0. Received: eps=-1.0."),
+    (lambda: optx.rmsprop(0.1, initial_scale=-0.1), ValueError,
+     "`rmsprop` needs initial_scale finite and >= 0. Received: initial_scale=-0.1."),
+    (lambda: optx.rmsprop(0.1, momentum=1.5), ValueError,
+     "`rmsprop` needs momentum in [0, 1]. Received: momentum=1.5."),
+    (lambda: optx.rmsprop(0.1, decay="0.9"), TypeError,
+     "`rmsprop` needs decay to be a real number. Received: decay='0.9' of type str."),
+    (lambda: optx.rmsprop(0.1, accumulator_dtype="int32"), TypeError,
+     "`rmsprop` needs accumulator_dtype to be None or a floating dtype. "
+     "Received: accumulator_dtype='int32'."),
+    (lambda: optx.scale_by_rss(initial_accumulator_value=-0.1), ValueError,
+     "`scale_by_rss` needs initial_accumulator_value finite and >= 0. "
+     "Received: initial_accumulator_value=-0.1."),
+    (lambda: optx.scale_by_rss(eps=float("nan")), ValueError,
+     "`scale_by_rss` needs eps finite and >= 0. Received: eps=nan."),
+    (lambda: optx.scale_by_rss(accumulator_dtype=bool), TypeError,
+     "`scale_by_rss` needs accumulator_dtype to be None or a floating dtype. "
+     "Received: accumulator_dtype=<class 'bool'>."),
+    (lambda: optx.adagrad(0.1, initial_accumulator_value=-1.0), ValueError,
+     "`adagrad` needs initial_accumulator_value finite and >= 0. "
+     "Received: initial_accumulator_value=-1.0."),
+    (lambda: optx.adagrad(0.1, eps=-1e-7), ValueError,
+     "`adagrad` needs eps finite and >= 0. Received: eps=-1e-07."),
+    (lambda: optx.adagrad(0.1, accumulator_dtype="int32"), TypeError,
+     "`adagrad` needs accumulator_dtype to be None or a floating dtype. "
+     "Received: accumulator_dtype='int32'."),
+    (lambda: optx.scale_by_adadelta(rho=1.0), ValueError,
+     "`scale_by_adadelta` needs rho in [0, 1). Received: rho=1.0."),
+    (lambda: optx.scale_by_adadelta(eps=-1.0), ValueError,
+     "`scale_by_adadelta` needs eps finite and >= 0. Received: eps=-1.0."),
+    (lambda: optx.scale_by_adadelta(accumulator_dtype="int32"), TypeError,
+     "`scale_by_adadelta` needs accumulator_dtype to be None or a floating dtype. "
+     "Received: accumulator_dtype='int32'."),
+    (lambda: optx.adadelta(-0.5), ValueError,
+     "`adadelta` needs learning_rate finite and >= 0. Received: learning_rate=-0.5."),
+    (lambda: optx.adadelta(rho=-0.1), ValueError,
+     "`adadelta` needs rho in [0, 1). Received: rho=-0.1."),
+    (lambda: optx.adadelta(weight_decay=-1e-4), ValueError,
+     "`adadelta` needs weight_decay finite and >= 0. Received: weight_decay=-0.0001."),
+    (lambda: optx.adadelta(accumulator_dtype="int32"), TypeError,
+     "`adadelta` needs accumulator_dtype to be None or a floating dtype. "
+     "Received: accumulator_dtype='int32'."),
+    (lambda: optx.sgd(0.1, 0.9, momentum_convention="torch"), ValueError,
+     "`sgd` needs momentum_convention to be 'optax' or 'keras'. "
+     "Received: momentum_convention='torch'."),
+    (lambda: optx.sgd(0.1, 1.5, momentum_convention="keras"), ValueError,
+     "`sgd` needs momentum in [0, 1]. Received: momentum=1.5."),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("make", "error", "message"), ERRORS, ids=[e[2][:40] for e in ERRORS])
+def test_error_messages(make: Callable, error: type, message: str) -> None:
+    with pytest.raises(error) as info:
+        make()
+    assert str(info.value) == message
+
+
+P = {"a": jnp.ones(2), "b": jnp.ones((2, 3))}
+
+
+@pytest.mark.parametrize(
+    ("tx", "slot"),
+    [
+        (optx.scale_by_rms(), "scale_by_rms"),
+        (optx.scale_by_stddev(), "scale_by_stddev"),
+        (optx.scale_by_rss(), "scale_by_rss"),
+        (optx.scale_by_adadelta(), "scale_by_adadelta"),
+    ],
+    ids=lambda x: x if isinstance(x, str) else "",
+)
+def test_update_and_init_errors(tx: Any, slot: str) -> None:
+    with pytest.raises(ValueError) as info:
+        tx.update({"a": jnp.ones(2)}, tx.init(P))
+    assert str(info.value) == (
+        f"`{slot}.update` needs updates with the structure of the state. "
+        "Received: missing from updates: 'b'."
+    )
+    with pytest.raises(ValueError) as info:
+        tx.update({"a": jnp.ones(2), "b": jnp.ones(3)}, tx.init(P))
+    assert str(info.value) == (
+        f"`{slot}.update` needs updates with the shapes of the state. "
+        "Received: updates['b'] of shape (3,), expected (2, 3)."
+    )
+    with pytest.raises(TypeError) as info:
+        tx.init({"a": jnp.ones(2, jnp.int32)})
+    assert str(info.value).startswith(
+        f"`{slot}.init` needs floating-point params (float16, bfloat16, float32 or float64). "
+        "Received: params['a'] of dtype int32."
+    )
+
+
+def test_adadelta_needs_params() -> None:
+    tx = optx.adadelta()
+    with pytest.raises(ValueError) as info:
+        tx.update(P, tx.init(P))
+    assert str(info.value) == (
+        "`add_decayed_weights.update` needs the current parameters. Received: params=None. "
+        "Call `update(updates, state, params)`."
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Hyperparameters held in the state.
+
+
+@pytest.mark.parametrize(
+    ("tx", "expected"),
+    [
+        (
+            optx.rmsprop(0.1),
+            {"decay": 0.9, "eps": 1e-8, "initial_scale": 0.0, "learning_rate": 0.1},
+        ),
+        (
+            optx.rmsprop(0.1, 0.8, centered=True, momentum=0.5),
+            {
+                "decay": 0.8,
+                "eps": 1e-8,
+                "initial_scale": 0.0,
+                "learning_rate": 0.1,
+                "momentum": 0.5,
+            },
+        ),
+        (optx.adagrad(0.1), {"initial_accumulator_value": 0.1, "eps": 1e-7, "learning_rate": 0.1}),
+        (optx.adadelta(), {"weight_decay": 0.0, "rho": 0.9, "eps": 1e-6, "learning_rate": 1.0}),
+    ],
+    ids=["rmsprop", "rmsprop_centered_momentum", "adagrad", "adadelta"],
+)
+def test_hyperparams(tx: Any, expected: dict[str, float]) -> None:
+    got = optx.get_hyperparams(tx.init(P))
+    assert sorted(got) == sorted(expected)
+    for name, value in expected.items():
+        np.testing.assert_allclose(float(got[name]), value, rtol=1e-7)
+    # Decay rates are held as 1 - value (exact in float32), under "one_minus_<name>".
+    stored = {
+        key
+        for node in jax.tree.leaves(tx.init(P), is_leaf=lambda x: isinstance(x, dict))
+        if isinstance(node, dict)
+        for key in node
+    }
+    decays = {"decay", "rho"} & set(expected)
+    assert {f"one_minus_{d}" for d in decays} <= stored and not decays & stored
