@@ -338,7 +338,8 @@ def _stored_value(
     public = stored.removeprefix(_ONE_MINUS)
     concrete = not isinstance(new, Tracer)
     if concrete and np.shape(new) == ():
-        new = validate("set_hyperparams", public, new, _STATE_RULES.get(owner, {}).get(public))
+        rules = _STATE_RULES.get(owner, {}) if owner else {}
+        new = validate("set_hyperparams", public, new, rules.get(public))
     shape = np.shape(new)
     if shape not in ((), np.shape(leaf)):
         raise ValueError(

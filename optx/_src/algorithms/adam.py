@@ -186,10 +186,11 @@ class ScaleByAdam(Transform):
         count = safe_increment(state.count)
         # Scalars computed once per step; the leaves only multiply by them.
         bc2 = hp.bias_correction(h, "b2", count)
+        product = None
         if self.momentum_decay is None:
             k_m, k_g = first_moment_scalars(h, count, self.nesterov)
         else:
-            k_m, k_g, product = nadam_schedule(h, count, state.u_product)
+            k_m, k_g, product = nadam_schedule(h, count, state.u_product)  # pyright: ignore[reportAttributeAccessIssue]
         if self.eps_placement == "keras":
             # m_hat sqrt(1 - b2^t) / (sqrt(v) + eps): eps on the uncorrected sqrt(v).
             root = jnp.sqrt(bc2)
@@ -208,6 +209,7 @@ class ScaleByAdam(Transform):
         u, mu, nu = unzip(jax.tree.map(leaf, updates, state.mu, state.nu), updates, 3)
         if self.momentum_decay is None:
             return u, ScaleByAdamState(count, mu, nu, h)
+        assert product is not None
         return u, ScaleByNadamState(count, mu, nu, product, h)
 
 

@@ -226,7 +226,7 @@ def check_number(api: str, name: str, value: Any) -> float:
         )
     if isinstance(value, bool) or not isinstance(value, numbers.Real | np.generic | jax.Array):
         raise TypeError(f"`{api}` needs {name} to be a real number. Received: {name}={value!r}.")
-    if np.shape(value) != ():
+    if getattr(value, "shape", ()) != ():
         raise TypeError(f"`{api}` needs {name} to be a scalar. Received: {name}={value!r}.")
     number = float(value)
     if not math.isfinite(number):

@@ -65,6 +65,7 @@ def plot(
     schedules = (
         list(schedule_or_list) if isinstance(schedule_or_list, list | tuple) else [schedule_or_list]
     )
+    s: Any
     for i, s in enumerate(schedules):
         if not callable(s):
             raise TypeError(
