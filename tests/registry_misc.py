@@ -66,13 +66,8 @@ def entries(register) -> None:
     )
     register("polyak_sgd", optx.polyak_sgd, repr_prefix="chain(", update_kwargs=POLYAK_LOSS)
 
-    # FTRL. Its linear slot z is a sum of large terms that cancel (|z| up to ~15 with
-    # elements near 0), so XLA's fused multiply-adds under jit move small elements of z by
-    # more than the suite's per-element tolerance in most configurations (e.g. ftrl(0.3) or
-    # any with l1/l2/shrinkage/beta set); these entries are ones that pass. Regularised
-    # configurations are checked jit-against-eager relative to each leaf's scale in
-    # tests/test_zoo_ftrl.py. The zero-valued hyperparameters of `ftrl` are still each
-    # changed (and observed) by the suite.
+    # FTRL. Its linear slot z is a sum of large terms that cancel, so the suite compares
+    # jit with eager relative to each leaf's scale (XLA fuses multiply-adds under jit).
     register("scale_by_ftrl", lambda: optx.scale_by_ftrl(0.1), needs_params=True)
     register(
         "scale_by_ftrl/f32_accumulator",
@@ -82,4 +77,16 @@ def entries(register) -> None:
     register("ftrl", lambda: optx.ftrl(0.1), needs_params=True, repr_prefix="chain(")
     register(
         "ftrl/schedule", lambda: optx.ftrl(ftrl_schedule), needs_params=True, repr_prefix="chain("
+    )
+    register(
+        "ftrl/regularised",
+        lambda: optx.ftrl(
+            0.3,
+            l1_regularization_strength=0.01,
+            l2_regularization_strength=0.02,
+            l2_shrinkage_regularization_strength=0.01,
+            beta=0.5,
+        ),
+        needs_params=True,
+        repr_prefix="chain(",
     )

@@ -478,3 +478,14 @@ def test_set_hyperparams_checks_with_the_transforms_own_ranges():
     with pytest.raises(ValueError) as info:
         optx.set_hyperparams(optx.ftrl(0.1).init(params), beta=-1.0)
     assert str(info.value) == "`set_hyperparams` needs beta finite and >= 0. Received: beta=-1.0."
+
+
+def test_a_renamed_decay_goes_by_its_optimizers_argument_name():
+    params = {"w": jnp.ones(2)}
+    state = optx.signum(0.1, beta=0.5).init(params)
+    assert set(optx.get_hyperparams(state)) == {"beta", "learning_rate"}
+    with pytest.raises(ValueError) as info:
+        optx.set_hyperparams(state, beta=2.0)
+    assert str(info.value) == "`set_hyperparams` needs beta in [0, 1]. Received: beta=2.0."
+    state = optx.set_hyperparams(optx.sgd(0.1, momentum=0.9).init(params), momentum=0.5)
+    assert float(optx.get_hyperparams(state)["momentum"]) == 0.5

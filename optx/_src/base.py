@@ -135,6 +135,10 @@ class Transform:
                 value = hp.validate(self.name, field, value, self.ranges.get(field))
                 object.__setattr__(self, field, value)
 
+    def state_ranges(self) -> dict[str, tuple[str, Any]]:
+        """Range rules of this transform's hyperparameters, by their names in the state."""
+        return dict(self.ranges)
+
     def hyperparam_names(self) -> tuple[str, ...]:
         """The names under which this transform's dynamic hyperparameters sit in its state."""
         return tuple(f for f in self.hyperparams if not callable(getattr(self, f)))
@@ -169,8 +173,8 @@ def _recording_rules(init: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(init)
     def recording_init(self: Transform, params: Params) -> OptState:
         state = init(self, params)
-        if self.ranges and isinstance(getattr(state, "hyperparams", None), dict):
-            hp.register_state_rules(type(state), self.ranges)
+        if isinstance(getattr(state, "hyperparams", None), dict):
+            hp.register_state_rules(type(state), self.state_ranges())
         return state
 
     return recording_init

@@ -49,6 +49,10 @@ class Trace(Transform):
         """The names under which this transform's dynamic hyperparameters sit in its state."""
         return (self.hyperparam_name,)
 
+    def state_ranges(self) -> dict[str, tuple[str, Any]]:
+        """Range rules of this transform's hyperparameters, by their names in the state."""
+        return {self.hyperparam_name: hp.UNIT_CLOSED}
+
     def init_hyperparams(self) -> dict[str, jax.Array]:
         return hp.initial({self.hyperparam_name: self.decay}, ())
 
@@ -138,11 +142,28 @@ class Ema(Transform):
     decay: float = 0.9
     debias: bool = True
     accumulator_dtype: Any = None
+    # The name the decay goes by in the state: `signum` calls it "beta", as its argument.
+    hyperparam_name: str = "decay"
 
     def __post_init__(self) -> None:
+        # Validated under the name the user gave it.
+        decay = hp.validate(self.name, self.hyperparam_name, self.decay, hp.UNIT_CLOSED)
+        object.__setattr__(self, "decay", decay)
         super().__post_init__()
         dtype = checks.dtype_option(self.name, "accumulator_dtype", self.accumulator_dtype)
         object.__setattr__(self, "accumulator_dtype", dtype)
+
+    def hyperparam_names(self) -> tuple[str, ...]:
+        """The names under which this transform's dynamic hyperparameters sit in its state."""
+        return (self.hyperparam_name,)
+
+    def state_ranges(self) -> dict[str, tuple[str, Any]]:
+        """Range rules of this transform's hyperparameters, by their names in the state."""
+        return {self.hyperparam_name: hp.UNIT_CLOSED}
+
+    def init_hyperparams(self) -> dict[str, jax.Array]:
+        """The decay, stored as ``one_minus_<hyperparam_name>``."""
+        return hp.initial({self.hyperparam_name: self.decay}, (self.hyperparam_name,))
 
     def init(self, params: Params) -> EmaState:
         checks.float_params(f"{self.name}.init", params)
@@ -155,12 +176,13 @@ class Ema(Transform):
     ) -> tuple[Updates, EmaState]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.ema, "updates", "the state")
-        c = hp.one_minus(state.hyperparams, "decay")
-        d = hp.value(state.hyperparams, "decay")
+        name = self.hyperparam_name
+        c = hp.one_minus(state.hyperparams, name)
+        d = hp.value(state.hyperparams, name)
         count = safe_increment(state.count)
         new = jax.tree.map(lambda g, t: c * g + d * t, updates, state.ema)
         if self.debias:
-            correction = hp.bias_correction(state.hyperparams, "decay", count)
+            correction = hp.bias_correction(state.hyperparams, name, count)
             out = jax.tree.map(lambda t, g: (t / correction).astype(g.dtype), new, updates)
         else:
             out = jax.tree.map(lambda t, g: t.astype(g.dtype), new, updates)

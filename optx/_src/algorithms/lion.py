@@ -114,8 +114,8 @@ def signum(
 
     Args:
       learning_rate: :math:`\eta`, a non-negative number or a schedule.
-      beta: :math:`\beta \in [0, 1]`, the decay of the average. It is a dynamic
-        hyperparameter of the `ema` inside, where it goes by the name ``"decay"``.
+      beta: :math:`\beta \in [0, 1]`, the decay of the average (a dynamic hyperparameter,
+        ``"beta"``).
       accumulator_dtype: dtype of the average; ``None`` uses each parameter's dtype.
 
     Returns:
@@ -143,10 +143,8 @@ def signum(
       arXiv:2407.07972, 2024.
     """
     with hp.caller("signum"):
-        # Checked under the user's name before `ema` sees it as its "decay".
-        beta = hp.validate("signum", "beta", beta, hp.UNIT_CLOSED)
         return chain(
-            Ema(beta, debias=False, accumulator_dtype=accumulator_dtype),
+            Ema(beta, False, accumulator_dtype, hyperparam_name="beta"),
             scale_by_sign(),
             scale_by_learning_rate(learning_rate),
         )
