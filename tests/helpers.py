@@ -2,8 +2,10 @@
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import jax
+import numpy as np
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
@@ -23,3 +25,29 @@ def count_compiles(fun_name: str) -> Iterator[list[str]]:
         yield compiled
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def assert_close(
+    name: str, actual: Any, expected: Any, rtol: float, atol: float = 0.0, finite: bool = False
+) -> float:
+    """Leaf by leaf ``|actual - expected| <= atol + rtol * max|expected|`` (float64 maths).
+
+    Tolerances relative to each leaf's scale: float32 round-off is relative to the size of
+    the numbers a leaf is computed from, not to each element. ``finite`` also requires the
+    expected values to be finite. Returns the largest error relative to its leaf's scale,
+    printed (see it with ``pytest -s``).
+    """
+    a_leaves, e_leaves = jax.tree.leaves(actual), jax.tree.leaves(expected)
+    assert len(a_leaves) == len(e_leaves), name
+    worst = 0.0
+    for i, (a, e) in enumerate(zip(a_leaves, e_leaves, strict=True)):
+        a, e = np.asarray(a, np.float64), np.asarray(e, np.float64)
+        assert a.shape == e.shape, f"{name}[{i}]: {a.shape} vs {e.shape}"
+        if finite:
+            assert np.all(np.isfinite(e)), f"{name}[{i}]: the expected values are not finite"
+        scale = float(np.max(np.abs(e))) if e.size else 0.0
+        err = float(np.max(np.abs(a - e))) if e.size else 0.0
+        worst = max(worst, err / scale if scale else err)
+        np.testing.assert_allclose(a, e, rtol=0, atol=atol + rtol * scale, err_msg=f"{name}[{i}]")
+    print(f"{name}: max err / leaf scale {worst:.3g}")
+    return worst

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import assert_close
 
 import optx
 
@@ -77,24 +78,6 @@ def run(tx: Any, apply_updates: Callable[..., Any], params: Any, grads: Any) -> 
         return jax.lax.scan(step, (params, tx.init(params)), grads)[0]
 
     return go(params, grads)
-
-
-def assert_close(name: str, actual: Any, expected: Any, rtol: float, atol: float = 0.0) -> float:
-    """Leaf by leaf ``|actual - expected| <= atol + rtol * max|expected|``; returns the worst
-    error relative to that scale (printed: see it with ``pytest -s``).
-    """
-    a_leaves, e_leaves = jax.tree.leaves(actual), jax.tree.leaves(expected)
-    assert len(a_leaves) == len(e_leaves), name
-    worst = 0.0
-    for a, e in zip(a_leaves, e_leaves, strict=True):
-        a, e = np.asarray(a, np.float64), np.asarray(e, np.float64)
-        assert a.shape == e.shape, (name, a.shape, e.shape)
-        scale = float(np.max(np.abs(e))) if e.size else 0.0
-        err = float(np.max(np.abs(a - e))) if e.size else 0.0
-        worst = max(worst, err / scale if scale else err)
-        np.testing.assert_allclose(a, e, rtol=0, atol=atol + rtol * scale, err_msg=name)
-    print(f"{name}: max err / leaf scale {worst:.3g}")
-    return worst
 
 
 SLOTS = ("mu", "nu", "nu_max")

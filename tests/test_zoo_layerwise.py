@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import assert_close as _close
 
 import optx
 
@@ -64,22 +65,6 @@ def _run(tx: Any, apply_updates: Any, params: Any, grads: Any) -> tuple[Any, Any
         return jax.lax.scan(step, (params, tx.init(params)), grads)[0]
 
     return jax.jit(run)(params, grads)
-
-
-def _close(name: str, actual: Any, expected: Any, rtol: float, atol: float) -> float:
-    """Leafwise ``|actual - expected| <= atol + rtol * max|expected|``; the worst ratio."""
-    worst = worst_abs = 0.0
-    a_leaves, e_leaves = jax.tree.leaves(actual), jax.tree.leaves(expected)
-    assert len(a_leaves) == len(e_leaves), name
-    for a, e in zip(a_leaves, e_leaves, strict=True):
-        a, e = np.asarray(a, np.float64), np.asarray(e, np.float64)
-        assert a.shape == e.shape, f"{name}: {a.shape} vs {e.shape}"
-        scale = float(np.max(np.abs(e))) if e.size else 0.0
-        err = float(np.max(np.abs(a - e))) if e.size else 0.0
-        worst, worst_abs = max(worst, err / scale if scale else err), max(worst_abs, err)
-        np.testing.assert_allclose(a, e, rtol=0, atol=atol + rtol * scale, err_msg=name)
-    print(f"{name}: max error {worst_abs:.3g}, max error / leaf scale {worst:.3g}")
-    return worst
 
 
 def _matrices(params: Any) -> Any:

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import assert_close as _assert_close
 
 import optx
 
@@ -34,6 +35,11 @@ REF_RTOL = 3e-6
 
 # ---------------------------------------------------------------------------------------
 # Data and runners.
+
+
+def assert_close(name: str, actual: Any, expected: Any, rtol: float, atol: float = ATOL) -> float:
+    """`helpers.assert_close` with this file's default absolute tolerance."""
+    return _assert_close(name, actual, expected, rtol, atol)
 
 
 def make_params() -> Any:
@@ -80,24 +86,6 @@ def run(tx: Any, apply_updates: Callable[..., Any], params: Any, grads: Any) -> 
         return jax.lax.scan(step, (params, tx.init(params)), grads)[0]
 
     return jax.jit(go)(params, grads)
-
-
-def assert_close(name: str, actual: Any, expected: Any, rtol: float, atol: float = ATOL) -> float:
-    """Leaf by leaf ``|actual - expected| <= atol + rtol * max|expected|``; returns (and
-    prints) the largest error relative to the leaf's scale.
-    """
-    a_leaves, e_leaves = jax.tree.leaves(actual), jax.tree.leaves(expected)
-    assert len(a_leaves) == len(e_leaves), name
-    worst = 0.0
-    for i, (a, e) in enumerate(zip(a_leaves, e_leaves, strict=True)):
-        a, e = np.asarray(a, np.float64), np.asarray(e, np.float64)
-        assert a.shape == e.shape, f"{name}[{i}]: {a.shape} vs {e.shape}"
-        scale = float(np.max(np.abs(e))) if e.size else 0.0
-        err = float(np.max(np.abs(a - e))) if e.size else 0.0
-        worst = max(worst, err / scale if scale else err)
-        np.testing.assert_allclose(a, e, rtol=0, atol=atol + rtol * scale, err_msg=f"{name}[{i}]")
-    print(f"{name}: max err / leaf scale {worst:.3g}")
-    return worst
 
 
 # State entries both libraries keep, by attribute name, in tree order.

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import assert_close as _assert_close
 
 import optx
 
@@ -35,6 +36,11 @@ SF_TOL = 5e-6
 
 # ---------------------------------------------------------------------------------------
 # Data and helpers.
+
+
+def assert_close(name: str, actual: Any, expected: Any, rtol: float, atol: float) -> float:
+    """`helpers.assert_close`, also requiring finite expected values."""
+    return _assert_close(name, actual, expected, rtol, atol, finite=True)
 
 
 def make_params() -> dict[str, Any]:
@@ -75,26 +81,6 @@ def run(tx: Any, params: Any, grads: Any, apply: Callable[..., Any] = optx.apply
         return jax.lax.scan(step, (params, tx.init(params)), grads)[0]
 
     return scan(params, grads)
-
-
-def assert_close(name: str, actual: Any, expected: Any, rtol: float, atol: float) -> float:
-    """Leaf by leaf, ``|actual - expected| <= atol + rtol * max|expected|``.
-
-    Returns the largest error relative to its leaf's scale (printed; see ``pytest -s``).
-    """
-    a_leaves, e_leaves = jax.tree.leaves(actual), jax.tree.leaves(expected)
-    assert len(a_leaves) == len(e_leaves), name
-    worst = 0.0
-    for i, (a, e) in enumerate(zip(a_leaves, e_leaves, strict=True)):
-        a, e = np.asarray(a, np.float64), np.asarray(e, np.float64)
-        assert a.shape == e.shape, f"{name}[{i}]: {a.shape} vs {e.shape}"
-        assert np.all(np.isfinite(e)), f"{name}[{i}]: the expected values are not finite"
-        scale = float(np.max(np.abs(e))) if e.size else 0.0
-        err = float(np.max(np.abs(a - e))) if e.size else 0.0
-        worst = max(worst, err / scale if scale else err)
-        np.testing.assert_allclose(a, e, rtol=0, atol=atol + rtol * scale, err_msg=f"{name}[{i}]")
-    print(f"{name}: max err / leaf scale {worst:.3g}")
-    return worst
 
 
 def np_tree(tree: Any) -> list[np.ndarray]:
