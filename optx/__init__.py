@@ -49,13 +49,10 @@ from optx._src.algorithms.belief import yogi as yogi
 from optx._src.algorithms.ftrl import ScaleByFtrlState as ScaleByFtrlState
 from optx._src.algorithms.ftrl import ftrl as ftrl
 from optx._src.algorithms.ftrl import scale_by_ftrl as scale_by_ftrl
-from optx._src.algorithms.layerwise import ScaleByNovogradState as ScaleByNovogradState
 from optx._src.algorithms.layerwise import ScaleByTrustRatioState as ScaleByTrustRatioState
 from optx._src.algorithms.layerwise import fromage as fromage
 from optx._src.algorithms.layerwise import lamb as lamb
 from optx._src.algorithms.layerwise import lars as lars
-from optx._src.algorithms.layerwise import novograd as novograd
-from optx._src.algorithms.layerwise import scale_by_novograd as scale_by_novograd
 from optx._src.algorithms.layerwise import scale_by_trust_ratio as scale_by_trust_ratio
 from optx._src.algorithms.lion import ScaleByLionState as ScaleByLionState
 from optx._src.algorithms.lion import lion as lion
@@ -75,6 +72,9 @@ from optx._src.algorithms.nadam import nadamw as nadamw
 from optx._src.algorithms.noisy import AddNoiseState as AddNoiseState
 from optx._src.algorithms.noisy import add_noise as add_noise
 from optx._src.algorithms.noisy import noisy_sgd as noisy_sgd
+from optx._src.algorithms.novograd import ScaleByNovogradState as ScaleByNovogradState
+from optx._src.algorithms.novograd import novograd as novograd
+from optx._src.algorithms.novograd import scale_by_novograd as scale_by_novograd
 from optx._src.algorithms.optimistic import (
     ScaleByOptimisticGradientState as ScaleByOptimisticGradientState,
 )

@@ -13,5 +13,5 @@ from optx._src.schedules.keras import InverseTimeDecay as InverseTimeDecay
 from optx._src.schedules.keras import LearningRateSchedule as LearningRateSchedule
 from optx._src.schedules.keras import PiecewiseConstantDecay as PiecewiseConstantDecay
 from optx._src.schedules.keras import PolynomialDecay as PolynomialDecay
-from optx._src.schedules.keras import deserialize as deserialize
-from optx._src.schedules.keras import serialize as serialize
+from optx._src.schedules.keras_serialization import deserialize as deserialize
+from optx._src.schedules.keras_serialization import serialize as serialize
