@@ -118,6 +118,17 @@ class ScaleByNadamState(NamedTuple):
     hyperparams: dict[str, jax.Array]
 
 
+def adam_state_init(self: Any, params: Params) -> ScaleByAdamState:
+    """``init`` of the transforms whose state is `ScaleByAdamState` (adamax, radam, ...)."""
+    checks.float_params(f"{self.name}.init", params)
+    return ScaleByAdamState(
+        zero_count(),
+        zeros_like(params, self.mu_dtype),
+        zeros_like(params, self.nu_dtype),
+        self.init_hyperparams(),
+    )
+
+
 @transform
 class ScaleByAdam(Transform):
     """See `scale_by_adam`."""

@@ -12,6 +12,7 @@ from optx._src import checks
 from optx._src import hyperparams as hp
 from optx._src.algorithms.adam import (
     ScaleByAdamState,
+    adam_state_init,
     dtype_options,
     eps_placement_option,
     unzip,
@@ -23,10 +24,8 @@ from optx._src.base import (
     Updates,
     safe_increment,
     transform,
-    zero_count,
 )
 from optx._src.combine import Chain, MaskSpec, chain
-from optx._src.momentum import zeros_like
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
 
@@ -51,14 +50,7 @@ class ScaleByAdamax(Transform):
         eps_placement_option(self.name, self.eps_placement)
         dtype_options(self, "mu_dtype", "nu_dtype")
 
-    def init(self, params: Params) -> ScaleByAdamState:
-        checks.float_params(f"{self.name}.init", params)
-        return ScaleByAdamState(
-            zero_count(),
-            zeros_like(params, self.mu_dtype),
-            zeros_like(params, self.nu_dtype),
-            self.init_hyperparams(),
-        )
+    init = adam_state_init
 
     def update(
         self, updates: Updates, state: ScaleByAdamState, params: Params | None = None, **extra: Any

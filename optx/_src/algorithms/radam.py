@@ -12,6 +12,7 @@ from optx._src import checks
 from optx._src import hyperparams as hp
 from optx._src.algorithms.adam import (
     ScaleByAdamState,
+    adam_state_init,
     dtype_options,
     first_moment_scalars,
     flag_option,
@@ -24,10 +25,8 @@ from optx._src.base import (
     Updates,
     safe_increment,
     transform,
-    zero_count,
 )
 from optx._src.combine import Chain, chain
-from optx._src.momentum import zeros_like
 from optx._src.scaling import scale_by_learning_rate
 
 # 2/c - 1 - 2/L(c), L(c) = -log(1 - c), is 2 * sum_{n>=2} G_n c^(n-1) with Gregory's
@@ -81,14 +80,7 @@ class ScaleByRadam(Transform):
         object.__setattr__(self, "nesterov", flag_option(self.name, "nesterov", self.nesterov))
         dtype_options(self, "mu_dtype", "nu_dtype")
 
-    def init(self, params: Params) -> ScaleByAdamState:
-        checks.float_params(f"{self.name}.init", params)
-        return ScaleByAdamState(
-            zero_count(),
-            zeros_like(params, self.mu_dtype),
-            zeros_like(params, self.nu_dtype),
-            self.init_hyperparams(),
-        )
+    init = adam_state_init
 
     def update(
         self, updates: Updates, state: ScaleByAdamState, params: Params | None = None, **extra: Any

@@ -59,6 +59,27 @@ def _numbers(api: str, name: str, value: Any) -> tuple:
     return tuple(value)
 
 
+def _check_rate_decay(s: Any) -> None:
+    """The checks `ExponentialDecay` and `InverseTimeDecay` share (their arguments match)."""
+    api = s.class_name
+    set_fields(
+        s,
+        initial_learning_rate=check_nonnegative(
+            api, "initial_learning_rate", s.initial_learning_rate
+        ),
+        decay_steps=_steps(api, "decay_steps", s.decay_steps),
+        decay_rate=check_nonnegative(api, "decay_rate", s.decay_rate),
+        staircase=_flag(api, "staircase", s.staircase),
+    )
+    s._check_name()
+
+
+def _progress(s: Any, count: jax.Array) -> jax.Array:
+    """``step / decay_steps``, floored with ``staircase``."""
+    p = count / _F32(s.decay_steps)
+    return jnp.floor(p) if s.staircase else p
+
+
 class LearningRateSchedule(Schedule):
     """Base class of the Keras-style schedules: ``schedule(step) -> learning rate``.
 
@@ -154,23 +175,11 @@ class ExponentialDecay(LearningRateSchedule):
     name: str = "ExponentialDecay"
 
     def __post_init__(self) -> None:
-        api = self.class_name
-        set_fields(
-            self,
-            initial_learning_rate=check_nonnegative(
-                api, "initial_learning_rate", self.initial_learning_rate
-            ),
-            decay_steps=_steps(api, "decay_steps", self.decay_steps),
-            decay_rate=check_nonnegative(api, "decay_rate", self.decay_rate),
-            staircase=_flag(api, "staircase", self.staircase),
-        )
-        self._check_name()
+        _check_rate_decay(self)
 
     def value(self, count: jax.Array) -> jax.Array:
         """The learning rate at a float32 step."""
-        p = count / _F32(self.decay_steps)
-        if self.staircase:
-            p = jnp.floor(p)
+        p = _progress(self, count)
         return _F32(self.initial_learning_rate) * jnp.power(_F32(self.decay_rate), p)
 
 
@@ -344,23 +353,11 @@ class InverseTimeDecay(LearningRateSchedule):
     name: str = "InverseTimeDecay"
 
     def __post_init__(self) -> None:
-        api = self.class_name
-        set_fields(
-            self,
-            initial_learning_rate=check_nonnegative(
-                api, "initial_learning_rate", self.initial_learning_rate
-            ),
-            decay_steps=_steps(api, "decay_steps", self.decay_steps),
-            decay_rate=check_nonnegative(api, "decay_rate", self.decay_rate),
-            staircase=_flag(api, "staircase", self.staircase),
-        )
-        self._check_name()
+        _check_rate_decay(self)
 
     def value(self, count: jax.Array) -> jax.Array:
         """The learning rate at a float32 step."""
-        p = count / _F32(self.decay_steps)
-        if self.staircase:
-            p = jnp.floor(p)
+        p = _progress(self, count)
         return _F32(self.initial_learning_rate) / (_F32(1) + _F32(self.decay_rate) * p)
 
 
