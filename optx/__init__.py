@@ -154,7 +154,10 @@ from optx._src.finite import apply_if_finite as apply_if_finite
 from optx._src.finite import zero_nans as zero_nans
 from optx._src.hyperparams import get_hyperparams as get_hyperparams
 from optx._src.hyperparams import set_hyperparams as set_hyperparams
+from optx._src.loss_scale import DynamicLossScaleState as DynamicLossScaleState
 from optx._src.loss_scale import UnscaleGradientsState as UnscaleGradientsState
+from optx._src.loss_scale import dynamic_loss_scale as dynamic_loss_scale
+from optx._src.loss_scale import loss_scale as loss_scale
 from optx._src.loss_scale import scale_loss as scale_loss
 from optx._src.loss_scale import unscale_gradients as unscale_gradients
 from optx._src.momentum import EmaState as EmaState
@@ -169,6 +172,8 @@ from optx._src.scaling import scale as scale
 from optx._src.scaling import scale_by_learning_rate as scale_by_learning_rate
 from optx._src.scaling import scale_by_schedule as scale_by_schedule
 from optx._src.weight_decay import AddDecayedWeightsState as AddDecayedWeightsState
+from optx._src.weight_decay import DecayBeforeState as DecayBeforeState
 from optx._src.weight_decay import add_decayed_weights as add_decayed_weights
+from optx._src.weight_decay import decay_before as decay_before
 
 __version__ = "0.1.0.dev0"

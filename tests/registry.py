@@ -94,6 +94,8 @@ FACTORIES_WITH_ARGS = frozenset(
         "clip_by_block_rms",
         "clip_by_global_norm",
         "clip_by_norm",
+        "decay_before",
+        "dynamic_loss_scale",
         "ema",
         "masked",
         "multi_transform",
@@ -114,6 +116,7 @@ NOT_FACTORIES = frozenset(
         "apply_updates",
         "ema_params_value",
         "get_hyperparams",
+        "loss_scale",
         "scale_loss",
         "schedule_free_eval_params",
         "set_hyperparams",
@@ -214,6 +217,13 @@ register(
     repr_prefix="partition(",
 )
 register("apply_if_finite", lambda: optx.apply_if_finite(optx.sgd(0.1, momentum=0.9), 3))
+# A small scale and interval, so that the scale grows within the suite's few steps;
+# `initial_scale` is read by `init` only.
+register(
+    "dynamic_loss_scale",
+    lambda: optx.dynamic_loss_scale(optx.sgd(0.1, momentum=0.9), 8.0, growth_interval=2),
+    unobservable=("initial_scale",),
+)
 register("zero_nans", optx.zero_nans)
 register("accumulate_gradients", lambda: optx.accumulate_gradients(optx.adam(1e-2), every_k=2))
 register(
@@ -231,6 +241,23 @@ register(
 register(
     "ema_params/overwrite",
     lambda: optx.ema_params(0.9, overwrite_frequency=2),
+    needs_params=True,
+)
+register(
+    "ema_params/every_k",
+    lambda: optx.ema_params(0.9, overwrite_frequency=3, start="first_step", every_k=2),
+    needs_params=True,
+)
+
+# Keras's weight decay: the parameters shrink before the inner step reads them.
+register(
+    "decay_before",
+    lambda: optx.decay_before(optx.lamb(0.1), 0.1, 0.1),
+    needs_params=True,
+)
+register(
+    "decay_before/schedule_mask",
+    lambda: optx.decay_before(optx.sgd(warmup_schedule, 0.9), 0.1, warmup_schedule, "kernel"),
     needs_params=True,
 )
 

@@ -44,6 +44,7 @@ class EmaParams(Transform):
     overwrite_frequency: int | None = None
     start: Literal["initial", "first_step"] = "initial"
     ema_dtype: Any = None
+    every_k: int = 1
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -57,6 +58,8 @@ class EmaParams(Transform):
             )
         dtype = checks.dtype_option(self.name, "ema_dtype", self.ema_dtype)
         object.__setattr__(self, "ema_dtype", dtype)
+        k = checks.nonneg_int(self.name, "every_k", self.every_k, 1)
+        object.__setattr__(self, "every_k", k)
 
     def init(self, params: Params) -> EmaParamsState:
         checks.float_params(f"{self.name}.init", params)
@@ -77,8 +80,10 @@ class EmaParams(Transform):
         checks.same_tree(api, params, state.ema, "params", "the state")
         m = hp.value(state.hyperparams, "momentum")
         c = hp.one_minus(state.hyperparams, "momentum")
+        # The number of real steps before this call (calls, with every_k = 1).
+        steps = state.count // self.every_k
         if self.start == "first_step":
-            first = state.count == 0
+            first = steps == 0
             m, c = jnp.where(first, 0.0, m), jnp.where(first, 1.0, c)
         count = safe_increment(state.count)
 
@@ -88,7 +93,7 @@ class EmaParams(Transform):
 
         ema = jax.tree.map(leaf, updates, params, state.ema)
         if self.overwrite_frequency is not None:
-            overwrite = count % self.overwrite_frequency == 0
+            overwrite = (steps + 1) % self.overwrite_frequency == 0
             updates = jax.tree.map(
                 lambda u, p, e: jnp.where(overwrite, (e - p).astype(u.dtype), u),
                 updates,
@@ -104,6 +109,7 @@ def ema_params(
     *,
     start: Literal["initial", "first_step"] = "initial",
     ema_dtype: DTypeLike | None = None,
+    every_k: int = 1,
 ) -> EmaParams:
     r"""Keeps an exponential moving average of the parameters in the state.
 
@@ -125,13 +131,17 @@ def ema_params(
         average at the parameters given to `init`; ``"first_step"`` (Keras 3) copies the
         parameters after the first step instead.
       ema_dtype: dtype of the average; ``None`` uses each parameter's dtype.
+      every_k: calls per real step, when this follows `accumulate_gradients` with the
+        same ``every_k`` (as Keras does): the average is still updated on every call, but
+        the first step (for ``start="first_step"``) and the overwrite period count real
+        steps, so every call of the overwriting window overwrites.
 
     Returns:
       The transform; its state is `EmaParamsState`.
 
     Raises:
-      ValueError: ``momentum`` is outside [0, 1], ``overwrite_frequency`` is not an int >= 1,
-        or ``start`` is unknown.
+      ValueError: ``momentum`` is outside [0, 1], ``overwrite_frequency`` or ``every_k`` is
+        not an int >= 1, or ``start`` is unknown.
 
     Example:
       The tf.keras documentation's example (SGD, learning rate 1, gradient 1, momentum 0.5,
@@ -147,7 +157,7 @@ def ema_params(
       >>> float(params)
       -0.125
     """
-    return EmaParams(momentum, overwrite_frequency, start, ema_dtype)
+    return EmaParams(momentum, overwrite_frequency, start, ema_dtype, every_k)
 
 
 def ema_params_value(state: OptState) -> Params:

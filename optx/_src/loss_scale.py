@@ -1,13 +1,32 @@
-"""Static loss scaling for low-precision training: `scale_loss` and `unscale_gradients`."""
+"""Loss scaling for low-precision training.
+
+Static: `scale_loss` and `unscale_gradients`. Dynamic (Keras's ``LossScaleOptimizer``):
+`dynamic_loss_scale` and `loss_scale`.
+"""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
+import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from optx._src.base import Params, Transform, Updates, transform
+from optx._src import checks
+from optx._src import hyperparams as hp
+from optx._src import tree as tree_lib
+from optx._src.base import (
+    GradientTransformationLike,
+    OptState,
+    Params,
+    Transform,
+    Updates,
+    find_states,
+    safe_increment,
+    transform,
+    zero_count,
+)
+from optx._src.combine import accepts_extra, call_update
 from optx._src.tree import is_none
 
 
@@ -87,3 +106,167 @@ def unscale_gradients(loss_scale_factor: float) -> UnscaleGradients:
       {'w': Array([0.5], dtype=float32)}
     """
     return UnscaleGradients(loss_scale_factor)
+
+
+class DynamicLossScaleState(NamedTuple):
+    """State of `dynamic_loss_scale`.
+
+    Attributes:
+      scale: the current loss scale (a float32 scalar); read it with `loss_scale`.
+      growth_count: finite steps since the scale last changed, in ``[0, growth_interval)``.
+      applied_count: steps whose (finite) updates were applied.
+      inner_state: the wrapped transform's state (unchanged by a skipped step).
+      hyperparams: ``{"initial_scale": ...}``, read by ``init`` only.
+    """
+
+    scale: jax.Array
+    growth_count: jax.Array
+    applied_count: jax.Array
+    inner_state: OptState
+    hyperparams: dict[str, jax.Array]
+
+
+_INT32_MAX = int(jnp.iinfo(jnp.int32).max)
+
+
+@transform
+class DynamicLossScale(Transform):
+    """See `dynamic_loss_scale`."""
+
+    name = "dynamic_loss_scale"
+    # The scale itself changes every step and lives in the state, not among these.
+    hyperparams = ("initial_scale",)
+    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"initial_scale": hp.POSITIVE}
+    inner: GradientTransformationLike = None  # type: ignore[assignment]
+    initial_scale: float = 2.0**15
+    growth_interval: int = 2000
+
+    def __post_init__(self) -> None:
+        checks.transform(self.name, "inner", self.inner)
+        super().__post_init__()
+        n = checks.nonneg_int(self.name, "growth_interval", self.growth_interval, 1)
+        if n > _INT32_MAX:
+            raise ValueError(
+                f"`{hp.current(self.name)}` needs growth_interval to fit an int32 counter "
+                f"(at most {_INT32_MAX}). Received: growth_interval={self.growth_interval!r}."
+            )
+        object.__setattr__(self, "growth_interval", n)
+
+    def init(self, params: Params) -> DynamicLossScaleState:
+        return DynamicLossScaleState(
+            jnp.asarray(self.initial_scale, jnp.float32),
+            zero_count(),
+            zero_count(),
+            self.inner.init(params),
+            self.init_hyperparams(),
+        )
+
+    def update(
+        self,
+        updates: Updates,
+        state: DynamicLossScaleState,
+        params: Params | None = None,
+        **extra: Any,
+    ) -> tuple[Updates, DynamicLossScaleState]:
+        finite = tree_lib.all_finite(updates)
+        scale = state.scale
+        accepts = accepts_extra(self.inner)
+
+        def apply(_: None) -> tuple[Updates, OptState]:
+            # Unscaled by the scale the loss was multiplied by: this step's, before it grows.
+            grads = jax.tree.map(lambda g: (g / scale).astype(g.dtype), updates)
+            return call_update(self.inner, accepts, grads, state.inner_state, params, extra)
+
+        def skip(_: None) -> tuple[Updates, OptState]:
+            return tree_lib.zeros_like(updates), state.inner_state
+
+        # Only the branch taken runs: a skipped step does not compute the inner update.
+        new_updates, inner_state = jax.lax.cond(finite, apply, skip, None)
+        grow = finite & (state.growth_count >= self.growth_interval - 1)
+        new_scale = jnp.where(finite, jnp.where(grow, scale * 2.0, scale), scale * 0.5)
+        growth_count = jnp.where(finite & ~grow, state.growth_count + 1, 0)
+        applied = jnp.where(finite, safe_increment(state.applied_count), state.applied_count)
+        return new_updates, DynamicLossScaleState(
+            new_scale.astype(jnp.float32),
+            growth_count.astype(jnp.int32),
+            applied.astype(jnp.int32),
+            inner_state,
+            state.hyperparams,
+        )
+
+
+def dynamic_loss_scale(
+    inner: GradientTransformationLike,
+    initial_scale: float = 2.0**15,
+    growth_interval: int = 2000,
+) -> DynamicLossScale:
+    r"""Dynamic loss scaling (Keras's ``LossScaleOptimizer``) around ``inner``.
+
+    The incoming updates are the gradients of ``scale_loss(loss, loss_scale(state))``, that
+    is of :math:`s \cdot L` with :math:`s` the current scale. If they are all finite,
+    ``inner`` is applied to :math:`g / s` (cast back to each leaf's dtype); then :math:`s`
+    doubles if this is the ``growth_interval``-th finite step in a row since it last changed.
+    If any is a NaN or an infinity, the step is skipped (zero updates, ``inner``'s state
+    unchanged) and :math:`s` halves. ``None`` gradients are ignored.
+
+    The scale lives in the state (it changes every step), not among the hyperparameters;
+    read it with `loss_scale`.
+
+    Args:
+      inner: the optimizer to apply to the unscaled gradients.
+      initial_scale: the scale to start from, positive and finite (Keras's default); read
+        by ``init`` only: setting it in a state later changes nothing.
+      growth_interval: finite steps in a row after which the scale doubles (an int >= 1);
+        Keras's ``dynamic_growth_steps`` (same default).
+
+    Returns:
+      The transform; its state is `DynamicLossScaleState`. ``initial_scale`` is a dynamic
+      hyperparameter (as ``inner``'s are).
+
+    Raises:
+      TypeError: ``inner`` is not a transform, or ``initial_scale`` is not a number.
+      ValueError: ``initial_scale`` is not positive and finite, or ``growth_interval`` is
+        not an int >= 1.
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> tx = optx.dynamic_loss_scale(optx.sgd(1.0), initial_scale=8.0, growth_interval=2)
+      >>> params = {"w": jnp.zeros(1)}
+      >>> state = tx.init(params)
+      >>> updates, state = tx.update({"w": jnp.array([8.0])}, state, params)
+      >>> updates["w"], float(optx.loss_scale(state))
+      (Array([-1.], dtype=float32), 8.0)
+      >>> updates, state = tx.update({"w": jnp.array([jnp.inf])}, state, params)
+      >>> updates["w"], float(optx.loss_scale(state))
+      (Array([0.], dtype=float32), 4.0)
+    """
+    return DynamicLossScale(inner, initial_scale, growth_interval)
+
+
+def loss_scale(state: OptState) -> jax.Array:
+    """The current scale held by the one `dynamic_loss_scale` in an optimizer state.
+
+    Args:
+      state: the state of a transform or chain that contains exactly one
+        `dynamic_loss_scale`.
+
+    Returns:
+      The scale (a float32 scalar): pass it to `scale_loss` before differentiating.
+
+    Raises:
+      ValueError: the state holds no `dynamic_loss_scale` state, or several.
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> tx = optx.dynamic_loss_scale(optx.adam(1e-3), initial_scale=1024.0)
+      >>> state = tx.init({"w": jnp.zeros(2)})
+      >>> float(optx.scale_loss(0.5, optx.loss_scale(state)))
+      512.0
+    """
+    found = find_states(state, DynamicLossScaleState)
+    if len(found) != 1:
+        raise ValueError(
+            f"`loss_scale` needs a state holding exactly one `dynamic_loss_scale` state. "
+            f"Received: a state holding {len(found)}."
+        )
+    return found[0].scale

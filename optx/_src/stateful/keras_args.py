@@ -1,0 +1,95 @@
+"""Keras's arguments as optx values: the learning rate of a step, weight-decay masks, checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import numbers
+import re
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from optx._src.base import Params
+from optx._src.schedules.base import Schedule
+from optx._src.tree import is_param, path_name
+
+
+@dataclasses.dataclass(frozen=True)
+class KerasLearningRate:
+    r"""The learning rate a Keras optimizer sees at its ``count``-th update.
+
+    ``schedule`` is evaluated at the micro-step :math:`s = k\,c + k - 1` (Keras evaluates
+    schedules at the raw iteration count, also under gradient accumulation) and divided by
+    :math:`1 + \text{decay}\cdot s` (OptimizerV2's inverse-time ``decay``). A callable
+    that takes no argument (Keras's other callable learning rates) is called without one.
+    """
+
+    schedule: Any = 0.001
+    every_k: int = 1
+    decay: float = 0.0
+    no_args: bool = False
+
+    def __call__(self, count: Any) -> jax.Array:
+        k = self.every_k
+        step = jnp.asarray(count, jnp.int32) * k + (k - 1)
+        if not callable(self.schedule):
+            value = jnp.asarray(self.schedule, jnp.float32)
+        elif self.no_args:
+            value = jnp.asarray(self.schedule(), jnp.float32)
+        else:
+            value = jnp.asarray(self.schedule(step), jnp.float32)
+        if self.decay:
+            value = value / (1.0 + self.decay * step.astype(jnp.float32))
+        return value
+
+
+@dataclasses.dataclass(frozen=True)
+class DecayMask:
+    """Weight-decay mask: ``True`` on every parameter whose path no pattern matches."""
+
+    patterns: tuple[str, ...] = ()
+
+    def __call__(self, params: Params) -> Any:
+        compiled = [re.compile(p) for p in self.patterns]
+        return jax.tree_util.tree_map_with_path(
+            lambda path, _: not any(r.search(path_name(path)) for r in compiled),
+            params,
+            is_leaf=is_param,
+        )
+
+
+def takes_no_args(fn: Callable[..., Any]) -> bool:
+    if isinstance(fn, Schedule):
+        return False
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    required = [
+        p
+        for p in sig.parameters.values()
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    return not required and not any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values())
+
+
+def number(api: str, name: str, value: Any, *, allow_none: bool = True) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"`{api}` needs {name} to be a number. Received: {name}={value!r}.")
+    value = float(value)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(
+            f"`{api}` needs {name} to be a non-negative finite number. Received: {name}={value!r}."
+        )
+    return value
+
+
+def snake(name: str) -> str:
+    """Keras's default optimizer names: ``"Adam"`` -> ``"adam"``, ``"AdamW"`` -> ``"adam_w"``."""
+    out = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", out).lower()

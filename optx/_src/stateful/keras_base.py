@@ -1,0 +1,383 @@
+r"""`KerasOptimizer`: Keras's common optimizer arguments, translated into a chain.
+
+Every Keras optimizer takes the same eleven options. Here they become transforms around the
+class's own step, in Keras's order (reference: Keras 3's ``BaseOptimizer.apply``):
+
+``unscale_gradients`` (``loss_scale_factor``) → `accumulate_gradients` over { clipping →
+`decay_before` (``weight_decay`` times the learning rate) → the step } → `ema_params`.
+
+With accumulation, a learning-rate schedule is evaluated at the micro-step count
+(:math:`k\,j + k - 1` at the :math:`j`-th update), and the EMA is updated on every call, as
+Keras does.
+"""
+
+from __future__ import annotations
+
+import numbers
+import re
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+import jax.numpy as jnp
+import numpy as np
+
+from optx._src import hyperparams as hp
+from optx._src.accumulate import accumulate_gradients
+from optx._src.base import GradientTransformationLike, Params
+from optx._src.clipping import clip, clip_by_global_norm, clip_by_norm
+from optx._src.combine import chain, named_chain
+from optx._src.ema_params import ema_params
+from optx._src.loss_scale import unscale_gradients
+from optx._src.schedules import keras_serialization
+from optx._src.schedules.base import Schedule
+from optx._src.stateful.keras_args import (
+    DecayMask,
+    KerasLearningRate,
+    number,
+    snake,
+    takes_no_args,
+)
+from optx._src.stateful.optimizer import Optimizer
+from optx._src.weight_decay import decay_before
+
+COMMON = {
+    "weight_decay": None,
+    "clipnorm": None,
+    "clipvalue": None,
+    "global_clipnorm": None,
+    "use_ema": False,
+    "ema_momentum": 0.99,
+    "ema_overwrite_frequency": None,
+    "loss_scale_factor": None,
+    "gradient_accumulation_steps": None,
+}
+# optx's options beyond Keras 3's: OptimizerV2's `decay` and the EMA's start (DESIGN D12).
+EXTRA = {"decay": 0.0, "ema_start": "initial", "jit_compile": True}
+
+
+class KerasOptimizer(Optimizer):
+    """Base of the Keras-named classes: common arguments, config, weight-decay exclusions.
+
+    A subclass sets ``_defaults`` (its own arguments, in Keras's order) and ``_core(lr)``
+    (its step, learning rate included, as optx transforms).
+    """
+
+    _tied = ("learning_rate",)
+    _base_aliases: ClassVar[dict[str, str]] = {
+        "ema": "average",
+        "acc_grads": "gradient_accumulator",
+    }
+    _defaults: ClassVar[dict[str, Any]] = {}
+    _default_learning_rate: ClassVar[float] = 0.001
+
+    def __init__(self, learning_rate: Any = None, **kwargs: Any) -> None:
+        api = type(self).__name__
+        if "lr" in kwargs:
+            warnings.warn(
+                "The `lr` argument is deprecated, use `learning_rate` instead.",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            learning_rate = kwargs.pop("lr")
+        allowed = {*self._defaults, *COMMON, *EXTRA, "name"}
+        unknown = [k for k in kwargs if k not in allowed]
+        if unknown:
+            raise TypeError(
+                f"`{api}` got an unexpected keyword argument {unknown[0]!r}. Received: "
+                f"{unknown[0]}={kwargs[unknown[0]]!r}. Allowed: {', '.join(sorted(allowed))}."
+            )
+        if learning_rate is None:
+            learning_rate = self._default_learning_rate
+        self._config = {**self._defaults, **COMMON, **EXTRA}
+        self._config.update(kwargs)
+        self._config["learning_rate"] = self._check_learning_rate(api, learning_rate)
+        self._check_common(api)
+        self._check(api)
+        self._excluded_patterns: tuple[str, ...] = ()
+        self._excluded_objects: list[Any] = []
+        name = kwargs.get("name") or snake(type(self).__name__)
+        self._initial_loss_scale = self._config["loss_scale_factor"] or 1.0
+        super().__init__(self._build_transform(), name, jit_compile=self._config["jit_compile"])
+
+    # -- arguments ------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_learning_rate(api: str, lr: Any) -> Any:
+        if callable(lr):
+            return lr
+        if isinstance(lr, bool) or not isinstance(lr, numbers.Real):
+            raise ValueError(
+                f"`{api}` needs learning_rate to be a float, a LearningRateSchedule or a "
+                f"callable. Received: learning_rate={lr!r}."
+            )
+        return number(api, "learning_rate", lr, allow_none=False)
+
+    def _check_common(self, api: str) -> None:
+        c = self._config
+        for name in ("clipnorm", "clipvalue", "global_clipnorm", "decay", "loss_scale_factor"):
+            c[name] = number(api, name, c[name])
+        c["decay"] = c["decay"] or 0.0
+        clips = [n for n in ("clipnorm", "clipvalue", "global_clipnorm") if c[n] is not None]
+        if len(clips) > 1:
+            raise ValueError(
+                f"`{api}` needs at most one of `clipnorm`, `clipvalue` and `global_clipnorm`. "
+                f"Received: {', '.join(f'{n}={c[n]!r}' for n in clips)}."
+            )
+        if c["weight_decay"] is not None:
+            c["weight_decay"] = number(api, "weight_decay", c["weight_decay"])
+        if c["loss_scale_factor"] == 0.0:
+            raise ValueError(
+                f"`{api}` needs loss_scale_factor to be positive. Received: loss_scale_factor=0.0."
+            )
+        k = c["gradient_accumulation_steps"]
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 2):
+            raise ValueError(
+                f"`{api}` needs gradient_accumulation_steps to be an integer >= 2 (or None). "
+                f"Received: gradient_accumulation_steps={k!r}."
+            )
+        if c["use_ema"]:
+            m = c["ema_momentum"]
+            if isinstance(m, bool) or not isinstance(m, numbers.Real) or not 0 <= m <= 1:
+                raise ValueError(
+                    f"`{api}` needs ema_momentum in [0, 1] when use_ema=True. "
+                    f"Received: ema_momentum={m!r}."
+                )
+            f = c["ema_overwrite_frequency"]
+            if f is not None and (isinstance(f, bool) or not isinstance(f, int) or f < 1):
+                raise ValueError(
+                    f"`{api}` needs ema_overwrite_frequency to be an integer >= 1 (or None). "
+                    f"Received: ema_overwrite_frequency={f!r}."
+                )
+            if c["ema_start"] not in ("initial", "first_step"):
+                raise ValueError(
+                    f"`{api}` needs ema_start to be 'initial' or 'first_step'. "
+                    f"Received: ema_start={c['ema_start']!r}."
+                )
+
+    def _check(self, api: str) -> None:
+        """Checks the subclass's own arguments (overridden where Keras checks them)."""
+
+    def __getattr__(self, name: str) -> Any:
+        config = self.__dict__.get("_config", {})
+        if name in config:
+            return config[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if "_config" in self.__dict__ and (name in self._defaults or name in COMMON):
+            raise AttributeError(
+                f"`{type(self).__name__}.{name}` is an argument of the constructor; only "
+                f"`learning_rate` can be set on an optimizer. Received: {name}={value!r}. "
+                f"Build a new optimizer with {name}={value!r}."
+            )
+        super().__setattr__(name, value)
+
+    # -- the chain ------------------------------------------------------------------------
+
+    def _learning_rate_spec(self) -> Any:
+        c = self._config
+        lr = c["learning_rate"]
+        k = c["gradient_accumulation_steps"] or 1
+        if not callable(lr) and not c["decay"]:
+            return lr
+        no_args = callable(lr) and takes_no_args(lr)
+        return KerasLearningRate(lr, k, c["decay"], no_args)
+
+    def _core(self, learning_rate: Any) -> GradientTransformationLike:
+        raise NotImplementedError
+
+    def _decay(self, core: GradientTransformationLike, lr: Any) -> GradientTransformationLike:
+        wd = self._config["weight_decay"]
+        if not wd:
+            return core
+        mask = DecayMask(self._excluded_patterns) if self._excluded_patterns else None
+        return decay_before(core, wd, lr, mask)
+
+    def _build_transform(self) -> GradientTransformationLike:
+        c = self._config
+        lr = self._learning_rate_spec()
+        with hp.caller(type(self).__name__):
+            inner = self._decay(self._core(lr), lr)
+            if c["clipnorm"]:
+                inner = chain(clip_by_norm(c["clipnorm"]), inner)
+            elif c["global_clipnorm"]:
+                inner = chain(clip_by_global_norm(c["global_clipnorm"]), inner)
+            elif c["clipvalue"]:
+                inner = chain(clip(c["clipvalue"]), inner)
+            k = c["gradient_accumulation_steps"]
+            if k:
+                inner = accumulate_gradients(inner, k)
+            parts = [("step", inner)]
+            if c["loss_scale_factor"] is not None:
+                parts.insert(0, ("loss_scale", unscale_gradients(c["loss_scale_factor"])))
+            if c["use_ema"]:
+                parts.append(
+                    (
+                        "ema",
+                        ema_params(
+                            c["ema_momentum"],
+                            c["ema_overwrite_frequency"],
+                            start=c["ema_start"],
+                            every_k=k or 1,
+                        ),
+                    )
+                )
+            return parts[0][1] if len(parts) == 1 else named_chain(*parts)
+
+    def _every_k(self) -> int:
+        return self._config["gradient_accumulation_steps"] or 1
+
+    def _rebuild(self) -> None:
+        """Rebuilds the chain from the arguments; a built owner or self keeps its state."""
+        transform = self._build_transform()
+        if transform != self.transform:
+            self._replace_transform(transform)
+            if self._owner is not None:
+                self._owner[0]._inner_changed()
+
+    # -- learning rate --------------------------------------------------------------------
+
+    @property
+    def learning_rate(self) -> Any:
+        """The learning rate: its current value (float32); settable with a number."""
+        lr = self._config["learning_rate"]
+        owner = self._owner
+        if callable(lr) or self._config["decay"]:
+            spec = self._learning_rate_spec()
+            source = owner[0] if owner is not None else self
+            return spec(source._steps_taken() // self._every_k())
+        if owner is not None and owner[0].built:
+            return jnp.array(owner[0].variables[self._owner_key("learning_rate")], copy=True)
+        if not self.built:
+            return jnp.asarray(lr, jnp.float32)
+        return self._get_hyper("learning_rate")
+
+    @learning_rate.setter
+    def learning_rate(self, value: Any) -> None:
+        api = f"{type(self).__name__}.learning_rate"
+        value = self._check_learning_rate(api, value)
+        current = self._config["learning_rate"]
+        if callable(value) or callable(current) or self._config["decay"]:
+            if not callable(value) and callable(current):
+                raise TypeError(
+                    f"`{api}` was created with a schedule (or callable), so a number cannot "
+                    f"replace it. Received: learning_rate={value!r}. Build a new optimizer, "
+                    f"or pass a schedule."
+                )
+            self._replace_config(learning_rate=value)
+            return
+        self._config["learning_rate"] = value
+        owner = self._owner
+        if owner is not None and owner[0].built:
+            owner[0]._write(self._owner_key("learning_rate"), value)
+        elif self.built:
+            self._write("learning_rate", value)
+        else:
+            self._rebuild()
+
+    lr = learning_rate
+
+    def _replace_config(self, **changes: Any) -> None:
+        """Changes arguments and rebuilds the chain, carrying the state over by name."""
+        self._config.update(changes)
+        self._rebuild()
+
+    def _owner_key(self, name: str) -> str:
+        assert self._owner is not None
+        label = self._owner[1]
+        return f"{label}/{name}" if label else name
+
+    # -- weight decay exclusions ----------------------------------------------------------
+
+    def exclude_from_weight_decay(
+        self, var_list: Iterable[Any] | None = None, var_names: Iterable[str] | None = None
+    ) -> None:
+        """Excludes parameters from weight decay; call it before the first step.
+
+        Args:
+          var_list: `Variable` objects (or Flax variables, or parameter arrays) to exclude,
+            matched by identity when the optimizer is built, or parameter path names.
+          var_names: regular expressions searched (`re.search`) in each parameter's full
+            path (``"dense/bias"``); a match excludes it.
+
+        Raises:
+          ValueError: the optimizer is already built.
+        """
+        api = "exclude_from_weight_decay"
+        if self.built or (self._owner is not None and self._owner[0].built):
+            raise ValueError(
+                f"`{api}` needs an optimizer that is not built yet (it changes the chain). "
+                f"Received: {self.name!r}, built for {len(self._params_paths)} parameters."
+            )
+        names = list(var_names or [])
+        for n in names:
+            if not isinstance(n, str):
+                raise TypeError(f"`{api}` needs var_names to be strings. Received: {n!r}.")
+            re.compile(n)
+        objects = list(var_list or [])
+        self._excluded_objects = [o for o in objects if not isinstance(o, str)]
+        paths = [f"^{re.escape(o)}$" for o in objects if isinstance(o, str)]
+        self._excluded_patterns = tuple(names + paths)
+        self._rebuild()
+
+    def _prepare(self, params: Params, names_by_id: Mapping[int, str]) -> None:
+        if self._excluded_objects:
+            found = [
+                f"^{re.escape(names_by_id[id(o)])}$"
+                for o in self._excluded_objects
+                if id(o) in names_by_id
+            ]
+            if len(found) < len(self._excluded_objects):
+                warnings.warn(
+                    f"`exclude_from_weight_decay`: {len(self._excluded_objects) - len(found)} "
+                    f"of the {len(self._excluded_objects)} objects in var_list are not among "
+                    f"the parameters {self.name!r} is built with, and exclude nothing.",
+                    stacklevel=4,
+                )
+            self._excluded_patterns = tuple(dict.fromkeys(self._excluded_patterns + tuple(found)))
+            self._excluded_objects = []
+            self._rebuild()
+
+    # -- config ---------------------------------------------------------------------------
+
+    def get_config(self) -> dict[str, Any]:
+        """Keras's config: the name, the learning rate, the common and own arguments.
+
+        A float learning rate is its current value; a schedule is serialised. optx's
+        extra options (``decay``, ``ema_start``, ``jit_compile``) appear only when set.
+        """
+        c = self._config
+        lr = c["learning_rate"]
+        if isinstance(lr, Schedule):
+            lr = keras_serialization.serialize(lr)
+        elif not callable(lr):
+            lr = float(self.learning_rate)
+        config: dict[str, Any] = {"name": self.name, "learning_rate": lr}
+        config.update({k: c[k] for k in self._defaults})
+        config.update({k: c[k] for k in COMMON})
+        config.update({k: c[k] for k, d in EXTRA.items() if c[k] != d})
+        return config
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], custom_objects: Any = None) -> Optimizer:
+        """Rebuilds an optimizer from `get_config` (Keras's or tf.keras's, ``lr`` included)."""
+        config = dict(config)
+        if "lr" in config:
+            config["learning_rate"] = config.pop("lr")
+        lr = config.get("learning_rate")
+        if isinstance(lr, Mapping):
+            config["learning_rate"] = keras_serialization.deserialize(lr, custom_objects)
+        return cls(**config)
+
+    def _repr_args(self) -> str:
+        config = self.get_config()
+        lr = self._config["learning_rate"]
+        # The float32 value, shown as its shortest repr (1e-3, not 0.0010000000474974513).
+        config["learning_rate"] = lr if callable(lr) else np.float32(config["learning_rate"])
+        shown = [f"name={config.pop('name')!r}"]
+        defaults = {**self._defaults, **COMMON}
+        for k, v in config.items():
+            if k == "learning_rate" or defaults.get(k, object()) != v:
+                shown.append(f"{k}={v!s}" if isinstance(v, np.floating) else f"{k}={v!r}")
+        return ", ".join(shown)

@@ -1,0 +1,165 @@
+"""`LossScaleOptimizer`: dynamic loss scaling around an optimizer (`dynamic_loss_scale`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from optx._src.base import Params, find_states
+from optx._src.loss_scale import DynamicLossScaleState, dynamic_loss_scale
+from optx._src.stateful.keras_base import COMMON, KerasOptimizer
+from optx._src.stateful.multi import _inner_check
+from optx._src.stateful.optimizer import Optimizer
+
+
+class LossScaleOptimizer(Optimizer):
+    """Dynamic loss scaling around an optimizer, for float16 training.
+
+    Keras's ``LossScaleOptimizer``.
+
+    Scale the loss with `scale_loss`; a step whose gradients hold an infinity or a NaN is
+    skipped (the inner optimizer does not advance) and halves the scale; after
+    ``dynamic_growth_steps`` finite steps in a row the scale doubles. Built on
+    `optx.dynamic_loss_scale`.
+
+    Args:
+      inner_optimizer: the optimizer to protect (its own ``loss_scale_factor`` is dropped).
+      initial_scale: the starting scale.
+      dynamic_growth_steps: finite steps in a row before the scale doubles.
+      name: the prefix of the variables' keys.
+      **kwargs: Keras's common arguments are accepted at their defaults only (for configs
+        written by Keras); ``jit_compile``.
+
+    Raises:
+      TypeError: ``inner_optimizer`` is not an optx stateful optimizer.
+      ValueError: ``dynamic=False``, or a common argument other than its default.
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> opt = optx.optimizers.LossScaleOptimizer(optx.optimizers.SGD(1.0), initial_scale=8.0)
+      >>> w = {"w": jnp.zeros(1)}
+      >>> w = opt.apply({"w": jnp.array([8.0])}, w)        # the gradient of 8 * loss
+      >>> w = opt.apply({"w": jnp.array([jnp.inf])}, w)    # skipped; the scale halves
+      >>> w["w"], float(opt.loss_scale()), int(opt.iterations)
+      (Array([-1.], dtype=float32), 4.0, 1)
+    """
+
+    _default_name = "loss_scale_optimizer"
+    _wraps_optimizers = True
+
+    def __init__(
+        self,
+        inner_optimizer: Optimizer,
+        initial_scale: float = 2.0**15,
+        dynamic_growth_steps: int = 2000,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        api = "LossScaleOptimizer"
+        if not kwargs.pop("dynamic", True):
+            raise ValueError(
+                f"`{api}` needs dynamic=True (a fixed scale is `loss_scale_factor` of any "
+                f"optimizer). Received: dynamic=False."
+            )
+        jit_compile = kwargs.pop("jit_compile", True)
+        for key, value in kwargs.items():
+            if key not in COMMON and key != "learning_rate":
+                raise TypeError(
+                    f"`{api}` got an unexpected keyword argument {key!r}. "
+                    f"Received: {key}={value!r}."
+                )
+            if key != "learning_rate" and value != COMMON[key]:
+                raise ValueError(
+                    f"`{api}` does not support `{key}`. Received: {key}={value!r}. "
+                    f"Instead, set `{key}` on the `inner_optimizer`."
+                )
+        _inner_check(api, "inner_optimizer", inner_optimizer)
+        if (
+            isinstance(inner_optimizer, KerasOptimizer)
+            and inner_optimizer._config["loss_scale_factor"] is not None
+        ):
+            inner_optimizer._config["loss_scale_factor"] = None
+            inner_optimizer._rebuild()
+        self.inner_optimizer = inner_optimizer
+        self.initial_scale = float(initial_scale)
+        self.dynamic_growth_steps = dynamic_growth_steps
+        self._initial_loss_scale = self.initial_scale
+        self._tied = inner_optimizer._tied
+        self._slot_aliases = inner_optimizer._slot_aliases
+        tx = dynamic_loss_scale(inner_optimizer.transform, initial_scale, dynamic_growth_steps)
+        super().__init__(tx, name, jit_compile=jit_compile)
+        inner_optimizer._owner = (self, "")
+
+    def _prepare(self, params: Params, names_by_id: Mapping[int, str]) -> None:
+        self.inner_optimizer._prepare(params, names_by_id)
+        self._prepare_transform()
+
+    @property
+    def iterations(self) -> jax.Array:
+        """The steps the inner optimizer applied (skipped steps do not count)."""
+        if not self.built:
+            return jnp.zeros((), jnp.int32)
+        (state,) = find_states(self._state, DynamicLossScaleState)
+        return jnp.array(state.applied_count, copy=True) // self.inner_optimizer._every_k()
+
+    @property
+    def learning_rate(self) -> Any:
+        """The inner optimizer's learning rate (settable as the inner optimizer's)."""
+        if isinstance(self.inner_optimizer, KerasOptimizer) or not self.built:
+            return self.inner_optimizer.learning_rate
+        return self._get_hyper("learning_rate")
+
+    @learning_rate.setter
+    def learning_rate(self, value: Any) -> None:
+        if isinstance(self.inner_optimizer, KerasOptimizer) or not self.built:
+            self.inner_optimizer.learning_rate = value
+        else:
+            self._set_hyper("learning_rate", value)
+
+    lr = learning_rate
+
+    def _prepare_transform(self) -> None:
+        self._replace_transform(
+            dynamic_loss_scale(
+                self.inner_optimizer.transform, self.initial_scale, self.dynamic_growth_steps
+            )
+        )
+
+    def _inner_changed(self) -> None:
+        self._prepare_transform()
+
+    def _steps_taken(self) -> jax.Array:
+        if not self.built:
+            return jnp.zeros((), jnp.int32)
+        (state,) = find_states(self._state, DynamicLossScaleState)
+        return jnp.asarray(state.applied_count)
+
+    def get_config(self) -> dict[str, Any]:
+        """``{name, inner_optimizer (serialised), initial_scale, dynamic_growth_steps}``."""
+        from optx._src.stateful.serialization import serialize
+
+        return {
+            "name": self.name,
+            "inner_optimizer": serialize(self.inner_optimizer),
+            "initial_scale": self.initial_scale,
+            "dynamic_growth_steps": self.dynamic_growth_steps,
+        }
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], custom_objects: Any = None) -> Optimizer:
+        """Rebuilds a `LossScaleOptimizer` from `get_config`."""
+        from optx._src.stateful.serialization import deserialize
+
+        config = dict(config)
+        inner = deserialize(config.pop("inner_optimizer"), custom_objects)
+        return cls(inner, **config)
+
+    def _repr_args(self) -> str:
+        return (
+            f"{type(self.inner_optimizer).__name__}(...), name={self.name!r}, "
+            f"initial_scale={self.initial_scale!r}, "
+            f"dynamic_growth_steps={self.dynamic_growth_steps!r}"
+        )

@@ -1,0 +1,91 @@
+"""The compiled step of the stateful wrapper, and the checks of its inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from optx._src.base import GradientTransformationLike, Params, apply_updates, safe_increment
+from optx._src.stateful.layout import Layout
+from optx._src.tree import path_name
+
+ITERATIONS = "iterations"
+
+
+def spec(params: Params) -> list[tuple[str, tuple[int, ...], Any]]:
+    return [
+        (path_name(path), np.shape(p), jnp.result_type(p))
+        for path, p in jax.tree_util.tree_flatten_with_path(params)[0]
+    ]
+
+
+def _step(
+    transform: GradientTransformationLike, state: Any, count: jax.Array, grads: Any, params: Params
+) -> tuple[Params, Any, jax.Array]:
+    updates, state = transform.update(grads, state, params)
+    return apply_updates(params, updates), state, safe_increment(count)
+
+
+def _stateless(
+    transform: GradientTransformationLike,
+    layout: Layout,
+    variables: Mapping[str, Any],
+    grads: Any,
+    params: Params,
+) -> tuple[Params, dict[str, Any]]:
+    state = layout.from_dict(
+        "stateless_apply", {k: v for k, v in variables.items() if k != ITERATIONS}
+    )
+    new_params, state, count = _step(transform, state, variables[ITERATIONS], grads, params)
+    return new_params, {ITERATIONS: count, **layout.to_dict(state)}
+
+
+STEPS: dict[str, Callable[..., Any]] = {"step": _step, "stateless": _stateless}
+JITTED: dict[str, Callable[..., Any]] = {
+    "step": jax.jit(_step, static_argnums=0, donate_argnums=(1, 2)),
+    "stateless": jax.jit(_stateless, static_argnums=(0, 1), donate_argnums=(2, 4)),
+}
+
+
+def check_params(
+    api: str, params: Params, treedef: Any, expected: list[tuple[str, tuple[int, ...], Any]]
+) -> None:
+    """Raises a `ValueError` unless ``params`` have the structure, shapes and dtypes built."""
+    if jax.tree.structure(params) != treedef:
+        raise ValueError(
+            f"`{api}` needs the parameter tree this optimizer was built with. "
+            f"Received: {jax.tree.structure(params)}; expected: {treedef}."
+        )
+    for (path, shape, dtype), (_, want_shape, want_dtype) in zip(
+        spec(params), expected, strict=True
+    ):
+        if shape != want_shape or dtype != want_dtype:
+            raise ValueError(
+                f"`{api}` needs the parameters this optimizer was built with. Received: "
+                f"{path!r} of shape {shape} and dtype {dtype}; expected shape "
+                f"{want_shape} and dtype {want_dtype}."
+            )
+
+
+def check_grads(api: str, grads: Any, params: Params) -> None:
+    """Raises a `ValueError` unless ``grads`` have the parameters' structure and shapes."""
+    if jax.tree.structure(grads, is_leaf=lambda x: x is None) != jax.tree.structure(
+        params, is_leaf=lambda x: x is None
+    ):
+        raise ValueError(
+            f"`{api}` needs gradients with the structure of the parameters. "
+            f"Received: {jax.tree.structure(grads)}; expected: {jax.tree.structure(params)}."
+        )
+    # A transform without state would broadcast a wrong shape into the parameters.
+    flat = jax.tree_util.tree_flatten_with_path(grads, is_leaf=lambda x: x is None)[0]
+    leaves = jax.tree.leaves(params, is_leaf=lambda x: x is None)
+    for (path, g), p in zip(flat, leaves, strict=True):
+        if g is not None and p is not None and np.shape(g) != np.shape(p):
+            raise ValueError(
+                f"`{api}` needs gradients with the shapes of the parameters. Received: "
+                f"{path_name(path)!r} of shape {np.shape(g)}; expected shape {np.shape(p)}."
+            )

@@ -1,0 +1,72 @@
+"""`Variable`: a mutable holder of one array, and the helpers that read Flax's too."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class Variable:
+    """A mutable holder of one array, for `Optimizer.apply_gradients`.
+
+    Flax ``nnx.Variable`` (``nnx.Param``) works the same way; this one is for code without
+    Flax.
+
+    Args:
+      value: the initial value (an array or anything `jax.numpy.asarray` takes).
+      name: the name by which the optimizer knows it (its "parameter path"); ``None``
+        lets the optimizer number it.
+
+    Example:
+      >>> import optx
+      >>> w = optx.optimizers.Variable([1.0, 2.0], name="w")
+      >>> w.assign(w.value * 2)
+      >>> w
+      Variable(name='w', value=Array([2., 4.], dtype=float32))
+    """
+
+    def __init__(self, value: Any, name: str | None = None) -> None:
+        self.value = jnp.asarray(value)
+        self.name = name
+
+    def assign(self, value: Any) -> None:
+        """Replaces the value (same shape required)."""
+        value = jnp.asarray(value, self.value.dtype)
+        if value.shape != self.value.shape:
+            raise ValueError(
+                f"`Variable.assign` needs a value of shape {self.value.shape}. "
+                f"Received: a value of shape {value.shape}."
+            )
+        self.value = value
+
+    def numpy(self) -> np.ndarray:
+        """The value as a NumPy array."""
+        return np.asarray(self.value)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.asarray(self.value, dtype)
+
+    def __repr__(self) -> str:
+        return f"Variable(name={self.name!r}, value={self.value!r})"
+
+
+def _is_variable(x: Any) -> bool:
+    if isinstance(x, Variable):
+        return True
+    nnx = sys.modules.get("flax.nnx")
+    return nnx is not None and isinstance(x, nnx.Variable)
+
+
+def _value(var: Any) -> jax.Array:
+    return var.value if isinstance(var, Variable) else var.get_value()
+
+
+def _assign(var: Any, value: jax.Array) -> None:
+    if isinstance(var, Variable):
+        var.value = value
+    else:
+        var.set_value(value)

@@ -1,0 +1,190 @@
+"""What the stateful wrapper reads out of a functional state, and how it shows it.
+
+The EMA weights, the loss scale, and the text and HTML displays of an optimizer.
+"""
+
+from __future__ import annotations
+
+import html as html_lib
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from optx._src import hyperparams as hp
+from optx._src.base import find_states
+from optx._src.combine import MaskedNode
+from optx._src.ema_params import EmaParamsState
+from optx._src.loss_scale import DynamicLossScaleState, UnscaleGradientsState
+from optx._src.stateful.step import check_params
+from optx._src.stateful.variable import _assign, _is_variable, _value
+
+if TYPE_CHECKING:
+    from optx._src.stateful.optimizer import Optimizer
+
+_MASKED = lambda x: isinstance(x, MaskedNode)  # noqa: E731
+
+
+def variable_names(variables: list[Any]) -> list[str]:
+    """The parameter path of each variable: its name, or its position; made unique."""
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    for i, var in enumerate(variables):
+        name = getattr(var, "name", None)
+        name = name if isinstance(name, str) and name else str(i)
+        if name in seen:
+            seen[name] += 1
+            name = f"{name}_{seen[name]}"
+        seen.setdefault(name, 0)
+        names.append(name)
+    return names
+
+
+def ema_weights(state: Any) -> Any | None:
+    """The moving average of the parameters held in ``state`` (merged over partitions)."""
+    found = find_states(state, EmaParamsState)
+    if not found:
+        return None
+    trees = [s.ema for s in found]
+    flat = [jax.tree.flatten(t, is_leaf=_MASKED) for t in trees]
+    merged = []
+    for leaves in zip(*(f[0] for f in flat), strict=True):
+        real = [x for x in leaves if not _MASKED(x)]
+        merged.append(real[0] if real else MaskedNode())
+    return jax.tree.unflatten(flat[0][1], merged)
+
+
+def finalize(opt: Optimizer, params: Any) -> Any:
+    """`Optimizer.finalize_variable_values`."""
+    opt._require_built("finalize_variable_values")
+    ema = ema_weights(opt._state)
+    leaves = jax.tree.leaves(params, is_leaf=_is_variable)
+    if leaves and all(_is_variable(v) for v in leaves):
+        if ema is None:
+            return params
+        names = variable_names(leaves)
+        if sorted(names) != sorted(opt._params_paths):
+            raise ValueError(
+                f"`finalize_variable_values` needs the variables the optimizer was built "
+                f"with. Received: {names}; expected: {opt._params_paths}."
+            )
+        for name, var in zip(names, leaves, strict=True):
+            _assign(var, ema[name].astype(_value(var).dtype))
+        return params
+    check_params("finalize_variable_values", params, opt._treedef, opt._spec)
+    if ema is None:
+        return params
+    return jax.tree.map(lambda e, p: jnp.asarray(e, jnp.result_type(p)), ema, params)
+
+
+def loss_scale(state: Any) -> jax.Array:
+    """The loss-scale factor held in ``state`` (1 when there is none)."""
+    dynamic = find_states(state, DynamicLossScaleState)
+    if dynamic:
+        return dynamic[0].scale
+    static = find_states(state, UnscaleGradientsState)
+    if static:
+        return static[0].hyperparams["loss_scale_factor"]
+    return jnp.ones((), jnp.float32)
+
+
+def initial_loss_scale(opt: Optimizer) -> jax.Array:
+    """The factor an unbuilt optimizer will scale the loss by."""
+    return jnp.asarray(getattr(opt, "_initial_loss_scale", 1.0), jnp.float32)
+
+
+def hyperparameters(opt: Optimizer) -> dict[str, float]:
+    """The hyperparameters by their public names (``b1``, not ``one_minus_b1``)."""
+    if not opt.built:
+        return {}
+    values = opt.variables
+    out = {}
+    for key in opt._require_built("repr").hyperparams:
+        qualifier, _, stored = key.rpartition("/")
+        value = np.asarray(values[key])
+        if stored.startswith(hp._ONE_MINUS):
+            stored, value = stored.removeprefix(hp._ONE_MINUS), 1 - value
+        name = f"{qualifier}/{stored}" if qualifier else stored
+        out[name] = float(value) if value.shape == () else value
+    return out
+
+
+def _slots(opt: Optimizer) -> list[tuple[str, int, int]]:
+    """(slot, arrays, bytes) of each slot name."""
+    layout = opt._require_built("repr")
+    values = opt.variables
+    rows: dict[str, list[int]] = {}
+    for (_, slot), key in layout.slots.items():
+        row = rows.setdefault(slot, [0, 0])
+        row[0] += 1
+        row[1] += int(values[key].nbytes)
+    return [(s, n, b) for s, (n, b) in rows.items()]
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def _memory(opt: Optimizer) -> int:
+    return sum(int(v.nbytes) for v in opt.variables.values())
+
+
+def _header(opt: Optimizer) -> str:
+    args = opt._repr_args()
+    return f"{type(opt).__name__}({args})"
+
+
+def text(opt: Optimizer) -> str:
+    """`Optimizer.__repr__`."""
+    lines = [_header(opt)]
+    if not opt.built:
+        lines.append("  not built (builds on the first step)")
+        return "\n".join(lines)
+    lines.append(
+        f"  built for {len(opt._params_paths)} parameters; iterations="
+        f"{int(opt.iterations)}; state {_bytes(_memory(opt))}"
+    )
+    shown = ", ".join(f"{k}={_short(v)}" for k, v in hyperparameters(opt).items())
+    lines.append(f"  hyperparameters: {shown or 'none'}")
+    slots = "; ".join(f"{s} ({n} arrays, {_bytes(b)})" for s, n, b in _slots(opt))
+    lines.append(f"  slots: {slots or 'none'}")
+    return "\n".join(lines)
+
+
+def _short(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else repr(value)
+
+
+def html(opt: Optimizer) -> str:
+    """`Optimizer._repr_html_`: the same as `text`, as tables."""
+    esc = html_lib.escape
+    parts = [f"<div><strong>{esc(_header(opt))}</strong>"]
+    if not opt.built:
+        parts.append("<p>not built (builds on the first step)</p></div>")
+        return "".join(parts)
+    parts.append(
+        f"<p>{len(opt._params_paths)} parameters, iterations {int(opt.iterations)}, "
+        f"state {esc(_bytes(_memory(opt)))}</p>"
+    )
+    rows = "".join(
+        f"<tr><td>{esc(k)}</td><td>{esc(_short(v))}</td></tr>"
+        for k, v in hyperparameters(opt).items()
+    )
+    parts.append(f"<table><tr><th>hyperparameter</th><th>value</th></tr>{rows}</table>")
+    values = opt.variables
+    layout = opt._require_built("repr")
+    rows = "".join(
+        f"<tr><td>{esc(path)}</td><td>{esc(slot)}</td>"
+        f"<td>{esc(str(tuple(values[key].shape)))}</td><td>{esc(str(values[key].dtype))}</td></tr>"
+        for (path, slot), key in layout.slots.items()
+    )
+    parts.append(
+        "<table><tr><th>parameter</th><th>slot</th><th>shape</th><th>dtype</th></tr>"
+        f"{rows}</table></div>"
+    )
+    return "".join(parts)
