@@ -55,11 +55,16 @@ def check_params(
     api: str, params: Params, treedef: Any, expected: list[tuple[str, tuple[int, ...], Any]]
 ) -> None:
     """Raises a `ValueError` unless ``params`` have the structure, shapes and dtypes built."""
-    if jax.tree.structure(params) != treedef:
+    leaves, got = jax.tree.flatten(params)
+    if got != treedef:
         raise ValueError(
             f"`{api}` needs the parameter tree this optimizer was built with. "
-            f"Received: {jax.tree.structure(params)}; expected: {treedef}."
+            f"Received: {got}; expected: {treedef}."
         )
+    # The fast path (every step): shapes and dtypes only; names only to report a mismatch.
+    fast = [(np.shape(x), getattr(x, "dtype", None)) for x in leaves]
+    if fast == [(shape, dtype) for _, shape, dtype in expected]:
+        return
     for (path, shape, dtype), (_, want_shape, want_dtype) in zip(
         spec(params), expected, strict=True
     ):
@@ -73,19 +78,27 @@ def check_params(
 
 def check_grads(api: str, grads: Any, params: Params) -> None:
     """Raises a `ValueError` unless ``grads`` have the parameters' structure and shapes."""
-    if jax.tree.structure(grads, is_leaf=lambda x: x is None) != jax.tree.structure(
-        params, is_leaf=lambda x: x is None
-    ):
+    g_leaves, g_def = jax.tree.flatten(grads, is_leaf=_is_none)
+    p_leaves, p_def = jax.tree.flatten(params, is_leaf=_is_none)
+    if g_def != p_def:
         raise ValueError(
             f"`{api}` needs gradients with the structure of the parameters. "
             f"Received: {jax.tree.structure(grads)}; expected: {jax.tree.structure(params)}."
         )
     # A transform without state would broadcast a wrong shape into the parameters.
-    flat = jax.tree_util.tree_flatten_with_path(grads, is_leaf=lambda x: x is None)[0]
-    leaves = jax.tree.leaves(params, is_leaf=lambda x: x is None)
-    for (path, g), p in zip(flat, leaves, strict=True):
+    if all(
+        g is None or p is None or np.shape(g) == np.shape(p)
+        for g, p in zip(g_leaves, p_leaves, strict=True)
+    ):
+        return
+    flat = jax.tree_util.tree_flatten_with_path(grads, is_leaf=_is_none)[0]
+    for (path, g), p in zip(flat, p_leaves, strict=True):
         if g is not None and p is not None and np.shape(g) != np.shape(p):
             raise ValueError(
                 f"`{api}` needs gradients with the shapes of the parameters. Received: "
                 f"{path_name(path)!r} of shape {np.shape(g)}; expected shape {np.shape(p)}."
             )
+
+
+def _is_none(x: Any) -> bool:
+    return x is None
