@@ -244,6 +244,20 @@ def find_states(state: OptState, kind: type | tuple[type, ...]) -> list[Any]:
     return found
 
 
+def find_one(state: OptState, kind: type, api: str, what: str) -> Any:
+    """The one sub-state of ``state`` of type ``kind``; a `ValueError` for none or several.
+
+    ``what`` names the transform that makes such states, for the message.
+    """
+    found = find_states(state, kind)
+    if len(found) != 1:
+        raise ValueError(
+            f"`{api}` needs a state holding exactly one `{what}` state. "
+            f"Received: a state holding {len(found)}."
+        )
+    return found[0]
+
+
 @transform
 class Identity(Transform):
     """See `identity`."""

@@ -15,7 +15,7 @@ from optx._src.base import (
     Params,
     Transform,
     Updates,
-    find_states,
+    find_one,
     safe_increment,
     zero_count,
 )
@@ -180,10 +180,4 @@ def ema_params_value(state: OptState) -> Params:
       >>> float(optx.ema_params_value(state))
       1.5
     """
-    found = find_states(state, EmaParamsState)
-    if len(found) != 1:
-        raise ValueError(
-            f"`ema_params_value` needs a state holding exactly one `ema_params` state. "
-            f"Received: a state holding {len(found)}."
-        )
-    return found[0].ema
+    return find_one(state, EmaParamsState, "ema_params_value", "ema_params").ema

@@ -139,6 +139,15 @@ def initial(values: Mapping[str, float], decays: tuple[str, ...]) -> dict[str, j
     return stored
 
 
+def scheduled(
+    value_or_schedule: Any, stored: Mapping[str, jax.Array], name: str, count: jax.Array
+) -> jax.Array:
+    """A hyperparameter that may be a schedule: ``schedule(count)`` (float32), else stored."""
+    if callable(value_or_schedule):
+        return jnp.asarray(value_or_schedule(count), jnp.float32)
+    return stored[name]
+
+
 def value(stored: Mapping[str, jax.Array], name: str) -> jax.Array:
     """Reads hyperparameter ``name`` from a state's ``hyperparams`` dict."""
     if _ONE_MINUS + name in stored:

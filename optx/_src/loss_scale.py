@@ -21,7 +21,7 @@ from optx._src.base import (
     Params,
     Transform,
     Updates,
-    find_states,
+    find_one,
     safe_increment,
     transform,
     zero_count,
@@ -263,10 +263,4 @@ def loss_scale(state: OptState) -> jax.Array:
       >>> float(optx.scale_loss(0.5, optx.loss_scale(state)))
       512.0
     """
-    found = find_states(state, DynamicLossScaleState)
-    if len(found) != 1:
-        raise ValueError(
-            f"`loss_scale` needs a state holding exactly one `dynamic_loss_scale` state. "
-            f"Received: a state holding {len(found)}."
-        )
-    return found[0].scale
+    return find_one(state, DynamicLossScaleState, "loss_scale", "dynamic_loss_scale").scale

@@ -96,9 +96,7 @@ class ScaleByLearningRate(Transform):
 
     def current(self, state: ScaleByLearningRateState) -> jax.Array:
         """The learning rate of the next step."""
-        if callable(self.learning_rate):
-            return jnp.asarray(self.learning_rate(state.count), jnp.float32)
-        return state.hyperparams["learning_rate"]
+        return hp.scheduled(self.learning_rate, state.hyperparams, "learning_rate", state.count)
 
     def update(
         self,

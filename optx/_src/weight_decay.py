@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 
 from optx._src import checks
 from optx._src import hyperparams as hp
@@ -158,10 +157,7 @@ class DecayBefore(Transform):
         api = f"{self.name}.update"
         checks.needs_params(api, params)
         checks.same_tree(api, updates, params, "updates", "params")
-        if callable(self.learning_rate):
-            lr = jnp.asarray(self.learning_rate(state.count), jnp.float32)
-        else:
-            lr = state.hyperparams["learning_rate"]
+        lr = hp.scheduled(self.learning_rate, state.hyperparams, "learning_rate", state.count)
         wd = state.hyperparams["weight_decay"]
         mask = (
             jax.tree.map(lambda _: True, params)

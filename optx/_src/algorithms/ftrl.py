@@ -96,10 +96,7 @@ class ScaleByFtrl(Transform):
         checks.same_tree(api, updates, state.accumulator, "updates", "the state")
         checks.same_tree(api, params, state.accumulator, "params", "the state")
         h = state.hyperparams
-        if callable(self.learning_rate):
-            lr = jnp.asarray(self.learning_rate(state.count), jnp.float32)
-        else:
-            lr = h["learning_rate"]
+        lr = hp.scheduled(self.learning_rate, h, "learning_rate", state.count)
         power = -h["learning_rate_power"]
         l1 = h["l1_regularization_strength"]
         l2 = h["l2_regularization_strength"] + h["beta"] / (2.0 * lr)

@@ -136,11 +136,7 @@ class ScaleByProdigy(Transform):
         b2, c2 = hp.value(h, "b2"), hp.one_minus(h, "b2")
         b3 = jnp.sqrt(b2) if self.beta3 is None else hp.value(h, "beta3")
         eps, d0, wd = h["eps"], h["estim_lr0"], h["weight_decay"]
-        lr = (
-            jnp.asarray(self.learning_rate(state.count), jnp.float32)
-            if callable(self.learning_rate)
-            else h["learning_rate"]
-        )
+        lr = hp.scheduled(self.learning_rate, h, "learning_rate", state.count)
         d = state.estim_lr
         count = safe_increment(state.count)
         # Adam's bias corrections, folded into the step size as in Keras's Adam.

@@ -103,9 +103,7 @@ class ScheduleFree(Transform):
             )
 
     def _lr(self, h: dict[str, jax.Array], count: jax.Array) -> jax.Array:
-        if callable(self.learning_rate):
-            return jnp.asarray(self.learning_rate(count), jnp.float32)
-        return h["learning_rate"]
+        return hp.scheduled(self.learning_rate, h, "learning_rate", count)
 
     def init(self, params: Params) -> ScheduleFreeState:
         checks.float_params(f"{self.name}.init", params)

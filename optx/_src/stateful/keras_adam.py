@@ -96,18 +96,10 @@ class AdamW(Adam):
         )
 
 
-class Adamax(KerasOptimizer):
-    """Adamax, epsilon in the denominator; Keras's ``Adamax``.
-
-    Example:
-      >>> import jax.numpy as jnp, optx
-      >>> opt = optx.optimizers.Adamax(learning_rate=0.1)
-      >>> opt.apply({"w": jnp.ones(1)}, {"w": jnp.zeros(1)})["w"]
-      Array([-0.1], dtype=float32)
-    """
+class BetasAndEpsilon(KerasOptimizer):
+    """Base of the Keras classes whose own arguments are ``beta_1``, ``beta_2``, ``epsilon``."""
 
     _defaults: ClassVar[dict[str, Any]] = {"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}
-    _slot_aliases: ClassVar[dict[str, str]] = {"mu": "m", "nu": "u"}
 
     def __init__(
         self,
@@ -119,12 +111,25 @@ class Adamax(KerasOptimizer):
     ) -> None:
         super().__init__(learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, **kwargs)
 
+
+class Adamax(BetasAndEpsilon):
+    """Adamax, epsilon in the denominator; Keras's ``Adamax``.
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> opt = optx.optimizers.Adamax(learning_rate=0.1)
+      >>> opt.apply({"w": jnp.ones(1)}, {"w": jnp.zeros(1)})["w"]
+      Array([-0.1], dtype=float32)
+    """
+
+    _slot_aliases: ClassVar[dict[str, str]] = {"mu": "m", "nu": "u"}
+
     def _core(self, lr: Any) -> GradientTransformationLike:
         c = self._config
         return adamax(lr, c["beta_1"], c["beta_2"], c["epsilon"], eps_placement="keras")
 
 
-class Nadam(KerasOptimizer):
+class Nadam(BetasAndEpsilon):
     r"""Nadam, with Dozat's momentum schedule; Keras's ``Nadam``.
 
     The momentum of step :math:`t` is :math:`\beta_1(1 - 0.5\cdot 0.96^t)`.
@@ -136,25 +141,14 @@ class Nadam(KerasOptimizer):
       Array([-0.10627875], dtype=float32)
     """
 
-    _defaults: ClassVar[dict[str, Any]] = {"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}
     _slot_aliases: ClassVar[dict[str, str]] = {"mu": "momentum", "nu": "velocity"}
-
-    def __init__(
-        self,
-        learning_rate: Any = 0.001,
-        beta_1: float = 0.9,
-        beta_2: float = 0.999,
-        epsilon: float = 1e-7,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, **kwargs)
 
     def _core(self, lr: Any) -> GradientTransformationLike:
         c = self._config
         return nadam(lr, c["beta_1"], c["beta_2"], c["epsilon"], momentum_decay=1.0)
 
 
-class Lamb(KerasOptimizer):
+class Lamb(BetasAndEpsilon):
     """LAMB (Adam with a per-parameter trust ratio); Keras's ``Lamb``.
 
     The weight decay is Keras's, applied before the step and outside the trust ratio.
@@ -166,18 +160,7 @@ class Lamb(KerasOptimizer):
       Array([0.9], dtype=float32)
     """
 
-    _defaults: ClassVar[dict[str, Any]] = {"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}
     _slot_aliases: ClassVar[dict[str, str]] = {"mu": "momentum", "nu": "velocity"}
-
-    def __init__(
-        self,
-        learning_rate: Any = 0.001,
-        beta_1: float = 0.9,
-        beta_2: float = 0.999,
-        epsilon: float = 1e-7,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, **kwargs)
 
     def _core(self, lr: Any) -> GradientTransformationLike:
         c = self._config
