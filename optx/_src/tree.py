@@ -13,6 +13,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 PyTree = Any
@@ -289,3 +290,41 @@ def nbytes(tree: PyTree) -> int:
             0,
         )
     )
+
+
+def _is_placeholder(x: Any) -> bool:
+    """`None` or an empty-tuple pytree node (`MaskedNode`): a leaf without an array."""
+    return x is None or (isinstance(x, tuple) and type(x).__name__ == "MaskedNode")
+
+
+def params_shaped_subtrees(state: Any, params: Any) -> list[tuple[tuple[Any, ...], Any]]:
+    """(key path, node) of each proper subtree of ``state`` shaped like ``params``.
+
+    "Shaped like" means the same structure (`None` and masked leaves count as leaves) and,
+    leaf by leaf, the parameter's shape: the per-parameter slots of an optimizer state
+    (Adam's ``mu``), as opposed to step counts or factored moments.
+    """
+    param_leaves, param_def = jax.tree.flatten(params, is_leaf=_is_placeholder)
+    shapes = [None if _is_placeholder(p) else np.shape(p) for p in param_leaves]
+    found: list[tuple[tuple[Any, ...], Any]] = []
+
+    def shaped(node: Any) -> bool:
+        leaves, treedef = jax.tree.flatten(node, is_leaf=_is_placeholder)
+        if treedef != param_def:
+            return False
+        return all(
+            _is_placeholder(x) or (hasattr(x, "shape") and (s is None or np.shape(x) == s))
+            for x, s in zip(leaves, shapes, strict=True)
+        )
+
+    def walk(node: Any, path: tuple[Any, ...]) -> None:
+        if path and shaped(node):
+            found.append((path, node))
+            return
+        children = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)[0]
+        for key_path, child in children:
+            if child is not node and not _is_placeholder(child) and key_path:
+                walk(child, path + tuple(key_path))
+
+    walk(state, ())
+    return found

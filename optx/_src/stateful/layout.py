@@ -20,13 +20,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from optx._src import hyperparams as hp
-from optx._src.combine import MaskedNode
-from optx._src.tree import is_param, path_name
-
-_LEAF = lambda x: x is None or isinstance(x, MaskedNode)  # noqa: E731
+from optx._src.tree import is_param, params_shaped_subtrees, path_name
 
 
 def _key_name(key: Any) -> str | None:
@@ -35,34 +31,6 @@ def _key_name(key: Any) -> str | None:
     if isinstance(key, jax.tree_util.DictKey) and isinstance(key.key, str):
         return key.key
     return None
-
-
-def _slot_nodes(state: Any, params: Any) -> list[tuple[tuple[Any, ...], Any]]:
-    """(path, node) of each subtree of ``state`` shaped like ``params``."""
-    param_leaves, param_def = jax.tree.flatten(params, is_leaf=_LEAF)
-    shapes = [None if _LEAF(p) else np.shape(p) for p in param_leaves]
-    found: list[tuple[tuple[Any, ...], Any]] = []
-
-    def shaped(node: Any) -> bool:
-        leaves, treedef = jax.tree.flatten(node, is_leaf=_LEAF)
-        if treedef != param_def:
-            return False
-        return all(
-            _LEAF(x) or (hasattr(x, "shape") and (s is None or np.shape(x) == s))
-            for x, s in zip(leaves, shapes, strict=True)
-        )
-
-    def walk(node: Any, path: tuple[Any, ...]) -> None:
-        if path and shaped(node):
-            found.append((path, node))
-            return
-        children = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)[0]
-        for key_path, child in children:
-            if child is not node and not _LEAF(child) and key_path:
-                walk(child, path + tuple(key_path))
-
-    walk(state, ())
-    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +99,7 @@ class Layout:
             tuple(p): path_name(p)
             for p, _ in jax.tree_util.tree_flatten_with_path(params, is_leaf=is_param)[0]
         }
-        for node_path, node in _slot_nodes(state, params):
+        for node_path, node in params_shaped_subtrees(state, params):
             nm, al, drop = owner_of(tuple(node_path))
             named = [n for n in map(_key_name, node_path) if n is not None]
             slot = al.get(named[-1], named[-1]) if named else "slot"
