@@ -4,6 +4,7 @@ Every optimizer is a pure ``(init, update)`` pair over pytrees (optax's protocol
 numeric hyperparameters held in the state so that changing them never recompiles.
 """
 
+from optx import constraints as constraints
 from optx import optimizers as optimizers
 from optx import schedules as schedules
 from optx import tree as tree
@@ -145,6 +146,7 @@ from optx._src.combine import masked as masked
 from optx._src.combine import multi_transform as multi_transform
 from optx._src.combine import named_chain as named_chain
 from optx._src.combine import partition as partition
+from optx._src.constraints import constrain as constrain
 from optx._src.ema_params import EmaParamsState as EmaParamsState
 from optx._src.ema_params import ema_params as ema_params
 from optx._src.ema_params import ema_params_value as ema_params_value
@@ -160,6 +162,7 @@ from optx._src.loss_scale import dynamic_loss_scale as dynamic_loss_scale
 from optx._src.loss_scale import loss_scale as loss_scale
 from optx._src.loss_scale import scale_loss as scale_loss
 from optx._src.loss_scale import unscale_gradients as unscale_gradients
+from optx._src.missing import skip_missing as skip_missing
 from optx._src.momentum import EmaState as EmaState
 from optx._src.momentum import TraceState as TraceState
 from optx._src.momentum import ema as ema

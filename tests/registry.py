@@ -94,6 +94,7 @@ FACTORIES_WITH_ARGS = frozenset(
         "clip_by_block_rms",
         "clip_by_global_norm",
         "clip_by_norm",
+        "constrain",
         "decay_before",
         "dynamic_loss_scale",
         "ema",
@@ -104,6 +105,7 @@ FACTORIES_WITH_ARGS = frozenset(
         "scale_by_learning_rate",
         "scale_by_schedule",
         "sgd",
+        "skip_missing",
         "stateless",
         "trace",
         "unscale_gradients",
@@ -172,6 +174,21 @@ register(
     repr_prefix="masked(",
 )
 
+# Constraints: last in a chain, they read the parameters.
+register("constrain", lambda: optx.constrain(optx.constraints.NonNeg()), needs_params=True)
+register(
+    "constrain/regex",
+    lambda: optx.constrain(
+        {"kernel": optx.constraints.MaxNorm(1.0), "layers": optx.constraints.L2Ball()}
+    ),
+    needs_params=True,
+)
+register(
+    "constrain/mask",
+    lambda: optx.constrain(optx.constraints.Box(-0.5, 0.5), mask=matrices),
+    needs_params=True,
+)
+
 # Moving averages of the updates.
 register("trace", lambda: optx.trace(0.9))
 register("trace/nesterov", lambda: optx.trace(0.9, nesterov=True))
@@ -217,6 +234,7 @@ register(
     repr_prefix="partition(",
 )
 register("apply_if_finite", lambda: optx.apply_if_finite(optx.sgd(0.1, momentum=0.9), 3))
+register("skip_missing", lambda: optx.skip_missing(optx.adam(0.1)))
 # A small scale and interval, so that the scale grows within the suite's few steps;
 # `initial_scale` is read by `init` only.
 register(

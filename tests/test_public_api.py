@@ -95,6 +95,8 @@ OPTX_NAMES = [
     "clip_by_block_rms",
     "clip_by_global_norm",
     "clip_by_norm",
+    "constrain",
+    "constraints",
     "decay_before",
     "dynamic_loss_scale",
     "ema",
@@ -171,6 +173,7 @@ OPTX_NAMES = [
     "sgd",
     "sign_sgd",
     "signum",
+    "skip_missing",
     "sm3",
     "sophia",
     "stateless",
@@ -201,6 +204,18 @@ TREE_NAMES = [
     "vdot",
     "where",
     "zeros_like",
+]
+
+CONSTRAINTS_NAMES = [
+    "Box",
+    "Constraint",
+    "L1Ball",
+    "L2Ball",
+    "MaxNorm",
+    "MinMaxNorm",
+    "NonNeg",
+    "Simplex",
+    "UnitNorm",
 ]
 
 SCHEDULES_NAMES = [
@@ -240,6 +255,7 @@ OPTIMIZERS_NAMES = [
     "Muon",
     "Nadam",
     "Optimizer",
+    "OptimizerMap",
     "RMSprop",
     "SGD",
     "Variable",
@@ -319,7 +335,7 @@ TYPE_ALIASES = {"OptState", "Params", "Schedule", "Updates"}
 # Classes that still lack an example. Remove a name once its docstring has one.
 EXAMPLE_PENDING: set[str] = set()
 # The module `optx.tree`: its functions are checked one by one.
-MODULES = {"optimizers", "schedules", "tree"}
+MODULES = {"constraints", "optimizers", "schedules", "tree"}
 
 README_QUICK_START = [
     "pip install -e . && python -m optx.demo",
@@ -348,6 +364,7 @@ def _diff_message(namespace: str, actual: list[str], expected: list[str]) -> str
 
 NAMESPACES = {
     "optx": ("optx", OPTX_NAMES, MODULES),
+    "optx.constraints": ("optx.constraints", CONSTRAINTS_NAMES, set()),
     "optx.tree": ("optx.tree", TREE_NAMES, set()),
     "optx.schedules": ("optx.schedules", SCHEDULES_NAMES, set()),
     "optx.optimizers": ("optx.optimizers", OPTIMIZERS_NAMES, {"schedules"}),
@@ -423,6 +440,7 @@ def test_type_aliases_have_attribute_docstrings(name):
 def _documented() -> list[tuple[str, object]]:
     names = [("optx." + n, getattr(optx, n)) for n in OPTX_NAMES if n not in TYPE_ALIASES]
     names += [("optx.tree." + n, getattr(optx.tree, n)) for n in TREE_NAMES]
+    names += [("optx.constraints." + n, getattr(optx.constraints, n)) for n in CONSTRAINTS_NAMES]
     names += [("optx.schedules." + n, getattr(optx.schedules, n)) for n in SCHEDULES_NAMES]
     names += [
         ("optx.optimizers.schedules." + n, getattr(optx.optimizers.schedules, n))
@@ -441,7 +459,9 @@ def test_public_names_have_docstrings(name, obj):
 
 def _needs_example(qualified: str) -> bool:
     short = qualified.rsplit(".", 1)[-1]
-    if qualified.startswith(("optx.tree.", "optx.schedules.", "optx.optimizers.")):
+    if qualified.startswith(
+        ("optx.tree.", "optx.schedules.", "optx.optimizers.", "optx.constraints.")
+    ):
         return True
     return short not in NAMEDTUPLES | TYPE_ALIASES | EXAMPLE_PENDING | MODULES
 

@@ -21,6 +21,7 @@ from optx._src.stateful.keras_classes import RMSprop as RMSprop
 from optx._src.stateful.keras_muon import Muon as Muon
 from optx._src.stateful.loss_scale_optimizer import LossScaleOptimizer as LossScaleOptimizer
 from optx._src.stateful.multi import MultiOptimizer as MultiOptimizer
+from optx._src.stateful.multi import OptimizerMap as OptimizerMap
 from optx._src.stateful.optimizer import Optimizer as Optimizer
 from optx._src.stateful.serialization import deserialize as deserialize
 from optx._src.stateful.serialization import get as get

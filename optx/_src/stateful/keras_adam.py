@@ -15,12 +15,17 @@ from optx._src.algorithms.amsgrad import amsgrad
 from optx._src.algorithms.layerwise import lamb
 from optx._src.algorithms.nadam import nadam
 from optx._src.base import GradientTransformationLike
-from optx._src.stateful.keras_base import KerasOptimizer
+from optx._src.stateful.optimizer import Optimizer
 
+_BETAS: dict[str, tuple[str, type | None]] = {
+    "beta_1": ("b1", None),
+    "beta_2": ("b2", None),
+    "epsilon": ("eps", None),
+}
 _ADAM_SLOTS = {"mu": "momentum", "nu": "velocity", "nu_max": "velocity_hat"}
 
 
-class Adam(KerasOptimizer):
+class Adam(Optimizer):
     r"""Adam, with Keras's epsilon on the uncorrected :math:`\sqrt v`; Keras's ``Adam``.
 
     Every Keras class takes, besides its own arguments, Keras's common ones:
@@ -46,6 +51,8 @@ class Adam(KerasOptimizer):
         "amsgrad": False,
     }
     _slot_aliases: ClassVar[dict[str, str]] = _ADAM_SLOTS
+
+    _hyper_map: ClassVar[dict[str, tuple[str, type | None]]] = _BETAS
 
     def __init__(
         self,
@@ -96,10 +103,12 @@ class AdamW(Adam):
         )
 
 
-class BetasAndEpsilon(KerasOptimizer):
+class BetasAndEpsilon(Optimizer):
     """Base of the Keras classes whose own arguments are ``beta_1``, ``beta_2``, ``epsilon``."""
 
     _defaults: ClassVar[dict[str, Any]] = {"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}
+
+    _hyper_map: ClassVar[dict[str, tuple[str, type | None]]] = _BETAS
 
     def __init__(
         self,

@@ -6,13 +6,16 @@ import dataclasses
 import inspect
 import numbers
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from optx._src import constraints as constraints_lib
+from optx._src import projections as projections_lib
 from optx._src.base import Params
+from optx._src.constraints import Constraint
 from optx._src.schedules.base import Schedule
 from optx._src.tree import is_param, path_name
 
@@ -93,3 +96,50 @@ def snake(name: str) -> str:
     """Keras's default optimizer names: ``"Adam"`` -> ``"adam"``, ``"AdamW"`` -> ``"adam_w"``."""
     out = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
     return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", out).lower()
+
+
+def constraints_argument(api: str, value: Any) -> dict[str, Any]:
+    """Checks ``constraints=``: ``{regex on the parameter path: callable}``."""
+    if not isinstance(value, Mapping) or not value:
+        raise TypeError(
+            f"`{api}` needs constraints to be a non-empty dict {{regex on the parameter path: "
+            f"constraint}}. Received: constraints={value!r}."
+        )
+    for pattern, fn in value.items():
+        if not isinstance(pattern, str):
+            raise TypeError(
+                f"`{api}` needs the keys of constraints to be regular expressions. "
+                f"Received: {pattern!r}."
+            )
+        re.compile(pattern)
+        if not callable(fn):
+            raise TypeError(
+                f"`{api}` needs each constraint to be callable (optx.constraints.NonNeg(), "
+                f"...). Received: constraints[{pattern!r}]={fn!r}."
+            )
+    return dict(value)
+
+
+def serialize_constraint(fn: Any) -> Any:
+    """An `optx.constraints` constraint as ``{"class_name", "config"}``; others as they are."""
+    if isinstance(fn, Constraint):
+        return {"class_name": type(fn).__name__, "config": fn.get_config()}
+    return fn
+
+
+def deserialize_constraint(value: Any, custom_objects: Mapping[str, Any] | None = None) -> Any:
+    """Rebuilds a constraint from `serialize_constraint`'s output."""
+    if not isinstance(value, Mapping):
+        return value
+    name = value.get("class_name")
+    cls = (
+        (custom_objects or {}).get(name)
+        or getattr(constraints_lib, str(name), None)
+        or getattr(projections_lib, str(name), None)
+    )
+    if not (isinstance(cls, type) and issubclass(cls, Constraint)):
+        raise ValueError(
+            f"`deserialize` got an unknown constraint {name!r}. Received: {value!r}; "
+            f"expected a class of optx.constraints or of custom_objects."
+        )
+    return cls.from_config(dict(value.get("config", {})))

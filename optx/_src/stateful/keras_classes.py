@@ -1,7 +1,7 @@
 """Keras's SGD, RMSprop, Adadelta, Adagrad, Ftrl, Lion and Adafactor classes.
 
 Names, arguments, defaults and numerics are Keras 3's (reference: keras-semantics §2); the
-common arguments are `KerasOptimizer`'s. Each ``_core`` says which optx building blocks,
+common arguments are `Optimizer`'s. Each ``_core`` says which optx building blocks,
 with which options, compute Keras's step; nothing here computes anything itself. The Adam
 family is in ``keras_adam.py``, Muon in ``keras_muon.py``.
 """
@@ -18,10 +18,12 @@ from optx._src.algorithms.lion import lion
 from optx._src.algorithms.rmsprop import rmsprop
 from optx._src.algorithms.sgd import sgd
 from optx._src.base import GradientTransformationLike
-from optx._src.stateful.keras_base import KerasOptimizer
+from optx._src.clipping import ClipState
+from optx._src.momentum import TraceState
+from optx._src.stateful.optimizer import Optimizer
 
 
-class SGD(KerasOptimizer):
+class SGD(Optimizer):
     """Gradient descent with optional (Nesterov) momentum; Keras's ``SGD``.
 
     ``v ← μ v - η g; w ← w + v`` (the learning rate enters the velocity: `sgd` with
@@ -37,6 +39,11 @@ class SGD(KerasOptimizer):
     _defaults: ClassVar[dict[str, Any]] = {"momentum": 0.0, "nesterov": False}
     _default_learning_rate = 0.01
     _slot_aliases: ClassVar[dict[str, str]] = {"trace": "momentum"}
+    _hyper_map: ClassVar[dict[str, tuple[str, type | None]]] = {"momentum": ("momentum", None)}
+
+    _hyper_map: ClassVar[dict[str, tuple[str, type | None]]] = {
+        "momentum": ("momentum", TraceState)
+    }
 
     def __init__(
         self,
@@ -60,7 +67,7 @@ class SGD(KerasOptimizer):
         return sgd(lr, momentum, bool(c["nesterov"]), momentum_convention="keras")
 
 
-class RMSprop(KerasOptimizer):
+class RMSprop(Optimizer):
     """RMSprop; Keras's ``RMSprop`` (epsilon inside the square root, momentum after the rate).
 
     Example:
@@ -82,6 +89,12 @@ class RMSprop(KerasOptimizer):
         "mu": "average_gradient",
     }
 
+    _hyper_map: ClassVar[dict[str, tuple[str, type | None]]] = {
+        "rho": ("decay", None),
+        "momentum": ("momentum", TraceState),
+        "epsilon": ("eps", None),
+    }
+
     def __init__(
         self,
         learning_rate: Any = 0.001,
@@ -101,7 +114,7 @@ class RMSprop(KerasOptimizer):
         return rmsprop(lr, c["rho"], c["epsilon"], centered=bool(c["centered"]), momentum=momentum)
 
 
-class Adadelta(KerasOptimizer):
+class Adadelta(Optimizer):
     """Adadelta; Keras's ``Adadelta``.
 
     Example:
@@ -117,6 +130,11 @@ class Adadelta(KerasOptimizer):
         "e_x": "accumulated_delta_var",
     }
 
+    _hyper_map: ClassVar[dict[str, tuple[str, type | None]]] = {
+        "rho": ("rho", None),
+        "epsilon": ("eps", None),
+    }
+
     def __init__(
         self, learning_rate: Any = 0.001, rho: float = 0.95, epsilon: float = 1e-7, **kwargs: Any
     ) -> None:
@@ -126,7 +144,7 @@ class Adadelta(KerasOptimizer):
         return adadelta(lr, self._config["rho"], self._config["epsilon"])
 
 
-class Adagrad(KerasOptimizer):
+class Adagrad(Optimizer):
     """Adagrad, epsilon inside the square root; Keras's ``Adagrad``.
 
     Example:
@@ -138,6 +156,9 @@ class Adagrad(KerasOptimizer):
 
     _defaults: ClassVar[dict[str, Any]] = {"initial_accumulator_value": 0.1, "epsilon": 1e-7}
     _slot_aliases: ClassVar[dict[str, str]] = {"sum_of_squares": "accumulator"}
+
+    _hyper_map: ClassVar[dict[str, tuple[str, type | None]]] = {"epsilon": ("eps", None)}
+    _init_only: ClassVar[frozenset[str]] = frozenset({"initial_accumulator_value"})
 
     def __init__(
         self,
@@ -158,7 +179,7 @@ class Adagrad(KerasOptimizer):
         return adagrad(lr, c["initial_accumulator_value"], c["epsilon"])
 
 
-class Ftrl(KerasOptimizer):
+class Ftrl(Optimizer):
     """FTRL-Proximal as TensorFlow computes it; Keras's ``Ftrl``.
 
     Example:
@@ -176,6 +197,18 @@ class Ftrl(KerasOptimizer):
         "l2_shrinkage_regularization_strength": 0.0,
         "beta": 0.0,
     }
+
+    _hyper_map: ClassVar[dict[str, tuple[str, type | None]]] = {
+        k: (k, None)
+        for k in (
+            "learning_rate_power",
+            "l1_regularization_strength",
+            "l2_regularization_strength",
+            "l2_shrinkage_regularization_strength",
+            "beta",
+        )
+    }
+    _init_only: ClassVar[frozenset[str]] = frozenset({"initial_accumulator_value"})
 
     def __init__(
         self,
@@ -204,7 +237,7 @@ class Ftrl(KerasOptimizer):
         return ftrl(lr, *(c[k] for k in self._defaults))
 
 
-class Lion(KerasOptimizer):
+class Lion(Optimizer):
     """Lion (sign of an interpolated momentum); Keras's ``Lion``.
 
     Example:
@@ -216,6 +249,11 @@ class Lion(KerasOptimizer):
 
     _defaults: ClassVar[dict[str, Any]] = {"beta_1": 0.9, "beta_2": 0.99}
     _slot_aliases: ClassVar[dict[str, str]] = {"mu": "momentum"}
+
+    _hyper_map: ClassVar[dict[str, tuple[str, type | None]]] = {
+        "beta_1": ("b1", None),
+        "beta_2": ("b2", None),
+    }
 
     def __init__(
         self, learning_rate: Any = 0.001, beta_1: float = 0.9, beta_2: float = 0.99, **kwargs: Any
@@ -232,7 +270,7 @@ class Lion(KerasOptimizer):
         return lion(lr, c["beta_1"], c["beta_2"], weight_decay=0.0)
 
 
-class Adafactor(KerasOptimizer):
+class Adafactor(Optimizer):
     r"""Adafactor, factoring the last two axes; Keras's ``Adafactor``.
 
     Keras 3 always caps the learning rate by :math:`1/\sqrt t`, so does this class
@@ -253,6 +291,14 @@ class Adafactor(KerasOptimizer):
         "relative_step": True,
     }
     _slot_aliases: ClassVar[dict[str, str]] = {"v": "velocity", "v_row": "r", "v_col": "c"}
+
+    _hyper_map: ClassVar[dict[str, tuple[str, type | None]]] = {
+        "beta_2_decay": ("decay_rate", None),
+        "epsilon_1": ("epsilon", None),
+        "epsilon_2": ("min_scale", None),
+        "clip_threshold": ("threshold", ClipState),
+    }
+    _hyper_convert: ClassVar[dict[str, Any]] = {"beta_2_decay": lambda v: -v}
 
     def __init__(
         self,

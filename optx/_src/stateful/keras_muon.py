@@ -13,15 +13,15 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 
-from optx._src.algorithms.adam import scale_by_adam
-from optx._src.algorithms.muon import scale_by_muon, scale_by_shape
+from optx._src.algorithms.adam import ScaleByAdamState, scale_by_adam
+from optx._src.algorithms.muon import MuonState, scale_by_muon, scale_by_shape
 from optx._src.base import GradientTransformationLike, Params, identity
 from optx._src.combine import chain, partition
 from optx._src.scaling import scale, scale_by_learning_rate
 from optx._src.stateful.keras_args import DecayMask
-from optx._src.stateful.keras_base import KerasOptimizer
+from optx._src.stateful.optimizer import Optimizer
 from optx._src.tree import is_param, path_name
-from optx._src.weight_decay import decay_before
+from optx._src.weight_decay import DecayBeforeState, decay_before
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +51,7 @@ class MuonRouting:
         return jax.tree_util.tree_map_with_path(label, params, is_leaf=is_param)
 
 
-class Muon(KerasOptimizer):
+class Muon(Optimizer):
     r"""Muon for matrices, AdamW for the rest; Keras's ``Muon``.
 
     2-D parameters (less ``exclude_layers`` and, with ``exclude_embeddings``, embeddings)
@@ -85,6 +85,14 @@ class Muon(KerasOptimizer):
         "rms_rate": 0.2,
     }
     _slot_aliases: ClassVar[dict[str, str]] = {"mu": "momentum", "nu": "velocity"}
+
+    _hyper_map: ClassVar[dict[str, tuple[str, type | None]]] = {
+        "momentum": ("beta", MuonState),
+        "adam_beta_1": ("b1", ScaleByAdamState),
+        "adam_beta_2": ("b2", ScaleByAdamState),
+        "epsilon": ("eps", ScaleByAdamState),
+        "adam_weight_decay": ("weight_decay", DecayBeforeState),
+    }
 
     def __init__(
         self,
@@ -148,6 +156,22 @@ class Muon(KerasOptimizer):
                     core, wd, lr, _MuonDecayMask(self._routing(select), self._excluded_patterns)
                 )
         return core
+
+    def _select(self, name: str, keys: list[str], found: list[Any]) -> list[str]:
+        if name not in ("weight_decay", "adam_weight_decay"):
+            return keys
+        # The Muon decay wraps the step first, the AdamW decay wraps that: deepest first.
+        decays = sorted(
+            (
+                (depth, k)
+                for k, owner, p, depth in found
+                if owner is DecayBeforeState and p == "weight_decay"
+            ),
+            reverse=True,
+        )
+        present = [n for n in ("weight_decay", "adam_weight_decay") if self._config[n]]
+        held = dict(zip(present, (k for _, k in decays), strict=False))
+        return [held[name]] if name in held else []
 
 
 @dataclasses.dataclass(frozen=True)

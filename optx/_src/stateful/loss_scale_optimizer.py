@@ -10,12 +10,12 @@ import jax.numpy as jnp
 
 from optx._src.base import Params, find_states
 from optx._src.loss_scale import DynamicLossScaleState, dynamic_loss_scale
-from optx._src.stateful.keras_base import COMMON, KerasOptimizer
 from optx._src.stateful.multi import _inner_check
-from optx._src.stateful.optimizer import Optimizer
+from optx._src.stateful.optimizer import COMMON, Optimizer
+from optx._src.stateful.stateful import StatefulBase
 
 
-class LossScaleOptimizer(Optimizer):
+class LossScaleOptimizer(StatefulBase):
     """Dynamic loss scaling around an optimizer, for float16 training.
 
     Keras's ``LossScaleOptimizer``.
@@ -52,7 +52,7 @@ class LossScaleOptimizer(Optimizer):
 
     def __init__(
         self,
-        inner_optimizer: Optimizer,
+        inner_optimizer: StatefulBase,
         initial_scale: float = 2.0**15,
         dynamic_growth_steps: int = 2000,
         name: str | None = None,
@@ -78,7 +78,7 @@ class LossScaleOptimizer(Optimizer):
                 )
         _inner_check(api, "inner_optimizer", inner_optimizer)
         if (
-            isinstance(inner_optimizer, KerasOptimizer)
+            "_config" in inner_optimizer.__dict__
             and inner_optimizer._config["loss_scale_factor"] is not None
         ):
             inner_optimizer._config["loss_scale_factor"] = None
@@ -108,13 +108,13 @@ class LossScaleOptimizer(Optimizer):
     @property
     def learning_rate(self) -> Any:
         """The inner optimizer's learning rate (settable as the inner optimizer's)."""
-        if isinstance(self.inner_optimizer, KerasOptimizer) or not self.built:
+        if "_config" in self.inner_optimizer.__dict__ or not self.built:
             return self.inner_optimizer.learning_rate
         return self._get_hyper("learning_rate")
 
     @learning_rate.setter
     def learning_rate(self, value: Any) -> None:
-        if isinstance(self.inner_optimizer, KerasOptimizer) or not self.built:
+        if "_config" in self.inner_optimizer.__dict__ or not self.built:
             self.inner_optimizer.learning_rate = value
         else:
             self._set_hyper("learning_rate", value)
@@ -149,7 +149,7 @@ class LossScaleOptimizer(Optimizer):
         }
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], custom_objects: Any = None) -> Optimizer:
+    def from_config(cls, config: Mapping[str, Any], custom_objects: Any = None) -> StatefulBase:
         """Rebuilds a `LossScaleOptimizer` from `get_config`."""
         from optx._src.stateful.serialization import deserialize
 
@@ -163,3 +163,7 @@ class LossScaleOptimizer(Optimizer):
             f"initial_scale={self.initial_scale!r}, "
             f"dynamic_growth_steps={self.dynamic_growth_steps!r}"
         )
+
+
+# An `optx.optimizers.Optimizer` to `isinstance`, as in Keras (see multi.py).
+Optimizer.register(LossScaleOptimizer)

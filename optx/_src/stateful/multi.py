@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import numbers
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 import jax
@@ -13,20 +13,112 @@ import jax
 from optx._src.base import Params
 from optx._src.combine import chain, partition
 from optx._src.loss_scale import unscale_gradients
-from optx._src.stateful.keras_base import KerasOptimizer
 from optx._src.stateful.optimizer import Optimizer
+from optx._src.stateful.stateful import StatefulBase
 from optx._src.tree import is_param, path_name
 
 
-def _inner_check(api: str, what: str, opt: Any) -> None:
-    if not isinstance(opt, Optimizer) or opt._wraps_optimizers:
-        raise TypeError(
+def _inner_check(api: str, what: str, opt: Any, error: type[Exception] = TypeError) -> None:
+    if not isinstance(opt, StatefulBase) or opt._wraps_optimizers:
+        raise error(
             f"`{api}` needs {what} to be an optx.optimizers optimizer (not a MultiOptimizer "
             f"or LossScaleOptimizer). Received: {what}={opt!r}."
         )
 
 
-class MultiOptimizer(Optimizer):
+class OptimizerMap(MutableMapping[str, StatefulBase]):
+    """Which optimizer each parameter takes: ``{pattern: optimizer}`` and a default (Keras's).
+
+    A parameter whose path equals a key takes that optimizer; otherwise the one whose key
+    fully matches its path (`re.fullmatch`); otherwise ``default_optimizer``. Give it to
+    `MultiOptimizer`.
+
+    Args:
+      default_optimizer: the optimizer of the parameters no key matches (``None``: every
+        parameter must match).
+      optimizer_map: the initial ``{pattern: optimizer}``.
+
+    Raises:
+      ValueError: a key is not a string or not a regular expression, is set twice, or its
+        value is not an optx optimizer (or is a `MultiOptimizer` / `LossScaleOptimizer`).
+
+    Example:
+      >>> import optx
+      >>> opt_map = optx.optimizers.OptimizerMap(optx.optimizers.Adam(1e-3))
+      >>> opt_map[".*encoder.*"] = optx.optimizers.SGD(1e-2)
+      >>> type(opt_map.lookup("model/encoder/kernel")).__name__
+      'SGD'
+    """
+
+    def __init__(
+        self,
+        default_optimizer: StatefulBase | None = None,
+        optimizer_map: Mapping[str, StatefulBase] | None = None,
+    ) -> None:
+        if default_optimizer is not None:
+            _inner_check("OptimizerMap", "default_optimizer", default_optimizer, ValueError)
+        self.default_optimizer = default_optimizer
+        self._items: dict[str, StatefulBase] = {}
+        for key, opt in (optimizer_map or {}).items():
+            self[key] = opt
+
+    def __setitem__(self, key: str, optimizer: StatefulBase) -> None:
+        if not isinstance(key, str):
+            raise ValueError(
+                f"`OptimizerMap` needs string keys (regular expressions on parameter paths). "
+                f"Received: key={key!r}."
+            )
+        try:
+            re.compile(key)
+        except re.error as error:
+            raise ValueError(
+                f"`OptimizerMap` needs keys that are regular expressions. Received: "
+                f"key={key!r} ({error})."
+            ) from None
+        if key in self._items:
+            raise ValueError(
+                f"`OptimizerMap` needs each key once. Received: key={key!r}, which is "
+                f"already set (delete it first)."
+            )
+        _inner_check("OptimizerMap", f"the optimizer of {key!r}", optimizer, ValueError)
+        self._items[key] = optimizer
+
+    def __getitem__(self, key: str) -> StatefulBase:
+        return self._items[key]
+
+    def __delitem__(self, key: str) -> None:
+        del self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def lookup(self, path: str) -> StatefulBase:
+        """The optimizer of the parameter at ``path``."""
+        if path in self._items:
+            return self._items[path]
+        matches = [k for k in self._items if re.fullmatch(k, path)]
+        if len(matches) > 1:
+            raise ValueError(
+                f"`MultiOptimizer` needs each parameter to match at most one pattern. "
+                f"Received: {path!r}, which matches {matches}."
+            )
+        if matches:
+            return self._items[matches[0]]
+        if self.default_optimizer is None:
+            raise ValueError(
+                f"`MultiOptimizer` needs a default_optimizer for the parameters no pattern "
+                f"matches. Received: {path!r}, patterns {list(self._items)}."
+            )
+        return self.default_optimizer
+
+    def __repr__(self) -> str:
+        return f"OptimizerMap({self.default_optimizer!r:.60}, {dict(self._items)!r:.200})"
+
+
+class MultiOptimizer(StatefulBase):
     """Routes each parameter to one of several optimizers, by its path (Keras's ``MultiOptimizer``).
 
     Each inner optimizer keeps its own hyperparameters, weight decay, EMA and gradient
@@ -34,7 +126,8 @@ class MultiOptimizer(Optimizer):
     optimizers' names.
 
     Args:
-      optimizer_map: ``{pattern: optimizer}``: a parameter whose path equals a key, or
+      optimizer_map: an `OptimizerMap`, or ``{pattern: optimizer}``: a parameter whose
+        path equals a key, or
         else fully matches exactly one pattern (`re.fullmatch`, as Keras's
         ``OptimizerMap``), goes to that optimizer; or a callable ``path -> optimizer``.
       default_optimizer: the optimizer of the parameters no pattern matches; required
@@ -68,15 +161,22 @@ class MultiOptimizer(Optimizer):
 
     def __init__(
         self,
-        optimizer_map: Mapping[str, Optimizer] | Callable[[str], Optimizer],
-        default_optimizer: Optimizer | None = None,
+        optimizer_map: Mapping[str, StatefulBase] | Callable[[str], StatefulBase],
+        default_optimizer: StatefulBase | None = None,
         loss_scale_factor: float | None = None,
         name: str | None = None,
         *,
         jit_compile: bool = True,
     ) -> None:
         api = "MultiOptimizer"
-        if isinstance(optimizer_map, Mapping):
+        if isinstance(optimizer_map, OptimizerMap):
+            if default_optimizer is not None:
+                raise TypeError(
+                    f"`{api}` takes the default optimizer from its OptimizerMap. Received: "
+                    f"default_optimizer={default_optimizer!r:.60} besides an OptimizerMap."
+                )
+            self._map: Any = optimizer_map
+        elif isinstance(optimizer_map, Mapping):
             for key, opt in optimizer_map.items():
                 if not isinstance(key, str):
                     raise TypeError(
@@ -84,7 +184,9 @@ class MultiOptimizer(Optimizer):
                     )
                 re.compile(key)
                 _inner_check(api, f"optimizer_map[{key!r}]", opt)
-            self._map: Any = dict(optimizer_map)
+            if default_optimizer is not None:
+                _inner_check(api, "default_optimizer", default_optimizer)
+            self._map = OptimizerMap(default_optimizer, optimizer_map)
         elif callable(optimizer_map):
             self._map = optimizer_map
         else:
@@ -92,8 +194,6 @@ class MultiOptimizer(Optimizer):
                 f"`{api}` needs optimizer_map to be a dict {{pattern: optimizer}} or a callable "
                 f"path -> optimizer. Received: optimizer_map={optimizer_map!r}."
             )
-        if default_optimizer is not None:
-            _inner_check(api, "default_optimizer", default_optimizer)
         if loss_scale_factor is not None and (
             isinstance(loss_scale_factor, bool)
             or not isinstance(loss_scale_factor, numbers.Real)
@@ -103,44 +203,30 @@ class MultiOptimizer(Optimizer):
                 f"`{api}` needs loss_scale_factor to be a positive number. "
                 f"Received: loss_scale_factor={loss_scale_factor!r}."
             )
-        self._default = default_optimizer
         self.loss_scale_factor = loss_scale_factor
         self._initial_loss_scale = loss_scale_factor or 1.0
-        self._labels: dict[str, Optimizer] = {}
+        self._labels: dict[str, StatefulBase] = {}
         self._label_tree: Any = None
         super().__init__(None, name, jit_compile=jit_compile)  # the chain comes with `build`
 
     @property
-    def optimizers(self) -> list[Optimizer]:
+    def optimizers(self) -> list[StatefulBase]:
         """The inner optimizers (after `build`: those that received parameters)."""
         if self._labels:
             return list(self._labels.values())
-        found = list(self._map.values()) if isinstance(self._map, Mapping) else []
-        if self._default is not None:
-            found.append(self._default)
+        if not isinstance(self._map, OptimizerMap):
+            return []
+        found = list(self._map.values())
+        if self._map.default_optimizer is not None:
+            found.append(self._map.default_optimizer)
         return list({id(o): o for o in found}.values())
 
-    def _route(self, path: str) -> Optimizer:
-        if not isinstance(self._map, Mapping):
-            opt = self._map(path)
-            _inner_check("MultiOptimizer", f"optimizer_map({path!r})", opt)
-            return opt
-        if path in self._map:
-            return self._map[path]
-        matches = [k for k in self._map if re.fullmatch(k, path)]
-        if len(matches) > 1:
-            raise ValueError(
-                f"`MultiOptimizer` needs each parameter to match at most one pattern. "
-                f"Received: {path!r}, which matches {matches}."
-            )
-        if matches:
-            return self._map[matches[0]]
-        if self._default is None:
-            raise ValueError(
-                f"`MultiOptimizer` needs a default_optimizer for the parameters no pattern "
-                f"matches. Received: {path!r}, patterns {list(self._map)}."
-            )
-        return self._default
+    def _route(self, path: str) -> StatefulBase:
+        if isinstance(self._map, OptimizerMap):
+            return self._map.lookup(path)
+        opt = self._map(path)
+        _inner_check("MultiOptimizer", f"optimizer_map({path!r})", opt)
+        return opt
 
     def _prepare(self, params: Params, names_by_id: Mapping[int, str]) -> None:
         flat, treedef = jax.tree_util.tree_flatten_with_path(params, is_leaf=is_param)
@@ -156,7 +242,7 @@ class MultiOptimizer(Optimizer):
                 used.add(label)
         self._labels = {labels[id(o)]: o for o in {id(o): o for o in chosen}.values()}
         for label, opt in self._labels.items():
-            if self.loss_scale_factor is not None and isinstance(opt, KerasOptimizer):
+            if self.loss_scale_factor is not None and "_config" in opt.__dict__:
                 opt._config["loss_scale_factor"] = None
                 opt._rebuild()
             opt._prepare(params, names_by_id)
@@ -176,7 +262,7 @@ class MultiOptimizer(Optimizer):
             self._replace_transform(self._partition())
 
     def _tie_scope(self) -> Any:
-        keras = {label for label, o in self._labels.items() if isinstance(o, KerasOptimizer)}
+        keras = {label for label, o in self._labels.items() if "_config" in o.__dict__}
 
         def scope(path: tuple[Any, ...]) -> str | None:
             for a, b in itertools.pairwise(path):
@@ -221,20 +307,20 @@ class MultiOptimizer(Optimizer):
         """The config: ``optimizer_map``, ``default_optimizer`` (serialised), and the rest."""
         from optx._src.stateful.serialization import serialize
 
-        mapping = (
-            {k: serialize(v) for k, v in self._map.items()}
-            if isinstance(self._map, Mapping)
-            else self._map
-        )
+        if isinstance(self._map, OptimizerMap):
+            mapping: Any = {k: serialize(v) for k, v in self._map.items()}
+            default = self._map.default_optimizer
+        else:
+            mapping, default = self._map, None
         return {
             "optimizer_map": mapping,
-            "default_optimizer": None if self._default is None else serialize(self._default),
+            "default_optimizer": None if default is None else serialize(default),
             "loss_scale_factor": self.loss_scale_factor,
             "name": self.name,
         }
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], custom_objects: Any = None) -> Optimizer:
+    def from_config(cls, config: Mapping[str, Any], custom_objects: Any = None) -> StatefulBase:
         """Rebuilds a `MultiOptimizer` from `get_config`."""
         from optx._src.stateful.serialization import deserialize
 
@@ -250,3 +336,8 @@ class MultiOptimizer(Optimizer):
     def _repr_args(self) -> str:
         inner = ", ".join(f"{o.name}" for o in self.optimizers)
         return f"name={self.name!r}, optimizers=[{inner}]"
+
+
+# A `MultiOptimizer` is an `optx.optimizers.Optimizer` to `isinstance`, as in Keras, without
+# inheriting the Keras arguments it does not take.
+Optimizer.register(MultiOptimizer)

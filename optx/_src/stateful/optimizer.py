@@ -1,9 +1,22 @@
-"""`Optimizer`: the thin stateful wrapper around any transform (DESIGN D7), and `Variable`."""
+r"""`Optimizer`: Keras's optimizer API and common arguments, translated into a chain.
+
+Every Keras optimizer takes the same eleven options. Here they become transforms around the
+optimizer's own step, in Keras's order (reference: Keras 3's ``BaseOptimizer.apply``):
+
+``unscale_gradients`` (``loss_scale_factor``) → `accumulate_gradients` over { clipping →
+`decay_before` (``weight_decay`` times the learning rate) → the step } → `ema_params`.
+
+With accumulation, a learning-rate schedule is evaluated at the micro-step count
+(:math:`k\,j + k - 1` at the :math:`j`-th update), and the EMA is updated on every call, as
+Keras does.
+"""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterable, Mapping
+import numbers
+import re
+import warnings
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import jax
@@ -11,27 +24,70 @@ import jax.numpy as jnp
 import numpy as np
 
 from optx._src import hyperparams as hp
+from optx._src.accumulate import accumulate_gradients
 from optx._src.base import GradientTransformationLike, Params
-from optx._src.stateful import views
-from optx._src.stateful.layout import Layout, check_keys
-from optx._src.stateful.step import ITERATIONS, JITTED, STEPS, check_grads, check_params, spec
-from optx._src.stateful.variable import _assign, _is_variable, _value
-from optx._src.stateful.weights import WeightsMixin
-from optx._src.tree import is_param, path_name
+from optx._src.clipping import clip, clip_by_global_norm, clip_by_norm
+from optx._src.combine import chain, named_chain
+from optx._src.constraints import constrain
+from optx._src.ema_params import ema_params
+from optx._src.loss_scale import unscale_gradients
+from optx._src.schedules import keras_serialization
+from optx._src.schedules.base import Schedule
+from optx._src.stateful import attributes
+from optx._src.stateful.custom import CustomStep, SlotSpecs, _Ref
+from optx._src.stateful.keras_args import (
+    DecayMask,
+    KerasLearningRate,
+    constraints_argument,
+    deserialize_constraint,
+    number,
+    serialize_constraint,
+    snake,
+    takes_no_args,
+)
+from optx._src.stateful.stateful import StatefulBase
+from optx._src.tree import path_name
+from optx._src.weight_decay import decay_before
+
+COMMON = {
+    "weight_decay": None,
+    "clipnorm": None,
+    "clipvalue": None,
+    "global_clipnorm": None,
+    "use_ema": False,
+    "ema_momentum": 0.99,
+    "ema_overwrite_frequency": None,
+    "loss_scale_factor": None,
+    "gradient_accumulation_steps": None,
+}
+# optx's options beyond Keras 3's: OptimizerV2's `decay` and the EMA's start (DESIGN D12).
+EXTRA = {"decay": 0.0, "ema_start": "initial", "constraints": None, "jit_compile": True}
 
 
-class Optimizer(WeightsMixin):
-    """Keeps the state of any transform and applies it: Keras's optimizer API, on optx.
+class Optimizer(StatefulBase):
+    r"""A stateful optimizer with Keras's API, on a chain of optx transforms.
 
-    The state is the transform's own, viewed as a flat dict (`variables`) keyed by
-    ``"<name>/<slot>/<param path>"`` plus ``"iterations"`` and the hyperparameters. A step is
-    ``transform.update`` and `optx.apply_updates` under one `jax.jit`, compiled once per
-    parameter structure; the optimizer's state buffers are donated to it.
+    Three ways to get one:
 
-    Args:
-      transform: any transform with optax's ``init``/``update`` protocol (optx's, optax's).
-      name: the prefix of the variables' keys; ``None`` uses ``"optimizer"``.
-      jit_compile: compile the step with `jax.jit`; ``False`` runs it eagerly (debugging).
+    * ``Optimizer(transform, name=None, **common)`` wraps any transform (optx's, optax's);
+      its learning rate is the one hyperparameter called ``learning_rate`` in its state.
+    * The Keras classes (`Adam`, `SGD`, ...) translate their arguments into a chain.
+    * A subclass of your own, written as for Keras: ``build(self, params)`` declares slots
+      with `add_variable_from_reference` / `add_variable`, and a functional
+      ``update_step(self, gradient, variable, learning_rate, slots) -> (new_variable,
+      new_slots)`` computes the step of one parameter; ``get_config`` lists the arguments.
+      The numbers of ``get_config`` are dynamic hyperparameters (settable as attributes
+      without recompiling).
+
+    All three take Keras's common arguments: ``weight_decay`` (decoupled, times the
+    learning rate, before the step; not for a wrapped transform), ``clipnorm``,
+    ``clipvalue``, ``global_clipnorm``, ``use_ema``, ``ema_momentum``,
+    ``ema_overwrite_frequency``, ``ema_start`` (``"initial"``: the average starts at the
+    built weights, as tf.keras documents; ``"first_step"``: Keras 3's copy after the first
+    step), ``loss_scale_factor``, ``gradient_accumulation_steps``, ``constraints``
+    (``{regex on the parameter path: constraint}``, applied after the step), ``name`` and
+    ``jit_compile``; the Keras classes and subclasses also OptimizerV2's ``lr`` (deprecated
+    alias) and ``decay`` (inverse-time decay of the learning rate).
 
     Example:
       >>> import jax.numpy as jnp, optx
@@ -40,371 +96,540 @@ class Optimizer(WeightsMixin):
       >>> params = opt.apply({"w": jnp.array([0.5, -0.5])}, params)
       >>> params["w"], int(opt.iterations)
       (Array([ 0.9, -0.9], dtype=float32), 1)
-      >>> list(opt.variables)
-      ['iterations', 'one_minus_b1', 'one_minus_b2', 'eps', 'eps_root', 'learning_rate', \
-'adam/0/count', 'adam/mu/w', 'adam/nu/w', 'adam/1/count']
+      >>> list(opt.variables)[:6]
+      ['iterations', 'one_minus_b1', 'one_minus_b2', 'eps', 'eps_root', 'learning_rate']
+      >>> list(opt.variables)[6:]
+      ['adam/0/count', 'adam/mu/w', 'adam/nu/w', 'adam/1/count']
+
+      A custom optimizer, the Keras way:
+
+      >>> class PlainSGD(optx.optimizers.Optimizer):
+      ...     def __init__(self, learning_rate=0.1, scale=1.0, **kwargs):
+      ...         super().__init__(learning_rate=learning_rate, **kwargs)
+      ...         self.scale = scale
+      ...     def update_step(self, gradient, variable, learning_rate, slots):
+      ...         return variable - learning_rate * self.scale * gradient, slots
+      ...     def get_config(self):
+      ...         return {**super().get_config(), "scale": self.scale}
+      >>> opt = PlainSGD(clipvalue=1.0)
+      >>> opt.apply({"w": jnp.array([3.0])}, {"w": jnp.zeros(1)})
+      {'w': Array([-0.1], dtype=float32)}
     """
 
-    _tied: ClassVar[tuple[str, ...]] = ()
-    _slot_aliases: ClassVar[dict[str, str]] = {}
-    _default_name: ClassVar[str] = "optimizer"
-    # A subclass whose chain depends on the parameters passes `None` and sets it in `_prepare`.
-    _deferred: ClassVar[bool] = False
-    # MultiOptimizer and LossScaleOptimizer, which nest no further.
-    _wraps_optimizers: ClassVar[bool] = False
-    _owner: tuple[Optimizer, str] | None = None
+    _tied = ("learning_rate",)
+    _base_aliases: ClassVar[dict[str, str]] = {
+        "ema": "average",
+        "acc_grads": "gradient_accumulator",
+    }
+    _defaults: ClassVar[dict[str, Any]] = {}
+    _default_learning_rate: ClassVar[float] = 0.001
+    # Own arguments held as hyperparameters: {argument: (public name, owner state type)};
+    # an owner of None means any state but the common transforms' (see attributes.py).
+    _hyper_map: ClassVar[dict[str, tuple[str, type | None]]] = {}
+    _hyper_convert: ClassVar[dict[str, Any]] = {}
+    # Arguments read once, by `init`: not settable after build.
+    _init_only: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A subclass with its own `update_step` builds its chain at `build` (its attributes
+        # are set after `super().__init__`).
+        cls._deferred = cls._is_custom()
+
+    @classmethod
+    def _is_custom(cls) -> bool:
+        return getattr(cls, "update_step", None) is not None
 
     def __init__(
         self,
-        transform: GradientTransformationLike,
+        learning_rate: Any = None,
         name: str | None = None,
         *,
-        jit_compile: bool = True,
+        transform: GradientTransformationLike | None = None,
+        **kwargs: Any,
     ) -> None:
-        deferred = self._deferred and transform is None
-        if not deferred and not (
-            callable(getattr(transform, "init", None))
-            and callable(getattr(transform, "update", None))
-        ):
+        api = type(self).__name__
+        if transform is None and _is_transform(learning_rate):
+            transform, learning_rate = learning_rate, None
+        self._wrapped = transform
+        if transform is None and not self._is_custom() and type(self)._core is Optimizer._core:
             raise TypeError(
-                f"`Optimizer` needs a transform with `init` and `update` (optx's or optax's). "
-                f"Received: transform={transform!r}."
+                f"`{api}` needs a transform with `init` and `update` (optx's or optax's), or a "
+                f"subclass with an `update_step`. Received: transform={learning_rate!r}."
             )
-        if name is not None and not isinstance(name, str):
-            raise TypeError(f"`Optimizer` needs name to be a string. Received: name={name!r}.")
-        self.name = name or self._default_name
-        self.jit_compile = bool(jit_compile)
-        self._set_transform(transform)
-        self._state: Any = None
-        self._count: jax.Array = jnp.zeros((), jnp.int32)
-        self._layout: Layout | None = None
-        self._spec: Any = None
-        self._treedef: Any = None
-        self._params_paths: list[str] = []
-        self._names_by_id: dict[int, str] = {}
-        self._grad_fns: dict[Any, Callable[..., Any]] = {}
+        if name is not None:
+            kwargs["name"] = name
+        if transform is not None:
+            self._tied = ()
+            if kwargs.get("weight_decay") is not None:
+                raise TypeError(
+                    f"`{api}` wrapping a transform has no learning rate to multiply a "
+                    f"weight decay by. Received: weight_decay={kwargs['weight_decay']!r}. "
+                    f"Put optx.add_decayed_weights in the transform instead."
+                )
+            for key in ("lr", "decay"):
+                if key in kwargs:
+                    raise TypeError(
+                        f"`{api}` wrapping a transform takes no `{key}` (its learning rate "
+                        f"is the transform's). Received: {key}={kwargs[key]!r}."
+                    )
+        if "lr" in kwargs:
+            warnings.warn(
+                "The `lr` argument is deprecated, use `learning_rate` instead.",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            learning_rate = kwargs.pop("lr")
+        allowed = {*self._defaults, *COMMON, *EXTRA, "name"}
+        unknown = [k for k in kwargs if k not in allowed]
+        if unknown:
+            raise TypeError(
+                f"`{api}` got an unexpected keyword argument {unknown[0]!r}. Received: "
+                f"{unknown[0]}={kwargs[unknown[0]]!r}. Allowed: {', '.join(sorted(allowed))}."
+            )
+        if learning_rate is None:
+            learning_rate = self._default_learning_rate
+        self._config = {**self._defaults, **COMMON, **EXTRA}
+        self._config.update(kwargs)
+        if transform is None:
+            self._config["learning_rate"] = self._check_learning_rate(api, learning_rate)
+        self._check_common(api)
+        self._check(api)
+        self._excluded_patterns: tuple[str, ...] = ()
+        self._excluded_objects: list[Any] = []
+        self._declaring: SlotSpecs | None = None
+        default = "optimizer" if transform is not None else snake(type(self).__name__)
+        name = kwargs.get("name") or default
+        self._initial_loss_scale = self._config["loss_scale_factor"] or 1.0
+        chain_ = None if self._deferred else self._build_transform()
+        super().__init__(chain_, name, jit_compile=self._config["jit_compile"])
 
-    # -- building -------------------------------------------------------------------------
+    # -- arguments ------------------------------------------------------------------------
 
-    def _set_transform(self, transform: GradientTransformationLike) -> None:
-        self.transform = transform
-        self._compiled: dict[str, Callable[..., Any]] = {}
+    @staticmethod
+    def _check_learning_rate(api: str, lr: Any) -> Any:
+        if callable(lr):
+            return lr
+        if isinstance(lr, bool) or not isinstance(lr, numbers.Real):
+            raise ValueError(
+                f"`{api}` needs learning_rate to be a float, a LearningRateSchedule or a "
+                f"callable. Received: learning_rate={lr!r}."
+            )
+        return number(api, "learning_rate", lr, allow_none=False)
 
-    def _replace_transform(self, transform: GradientTransformationLike) -> None:
-        """Swaps the chain; a built optimizer carries its state over, key by key."""
-        if not self.built:
-            self._set_transform(transform)
-            return
-        old = dict(self.variables)
-        self._set_transform(transform)
-        leaves = [jnp.zeros(shape, dtype) for _, shape, dtype in self._spec]
-        params = jax.tree.unflatten(self._treedef, leaves)
-        self._state = transform.init(params)
-        self._record(params)
-        self._load({k: old.get(k, v) for k, v in self.variables.items()}, "rebuild")
+    def _check_common(self, api: str) -> None:
+        c = self._config
+        for name in ("clipnorm", "clipvalue", "global_clipnorm", "decay", "loss_scale_factor"):
+            c[name] = number(api, name, c[name])
+        c["decay"] = c["decay"] or 0.0
+        clips = [n for n in ("clipnorm", "clipvalue", "global_clipnorm") if c[n] is not None]
+        if len(clips) > 1:
+            raise ValueError(
+                f"`{api}` needs at most one of `clipnorm`, `clipvalue` and `global_clipnorm`. "
+                f"Received: {', '.join(f'{n}={c[n]!r}' for n in clips)}."
+            )
+        if c["weight_decay"] is not None:
+            c["weight_decay"] = number(api, "weight_decay", c["weight_decay"])
+        if c["constraints"] is not None:
+            c["constraints"] = constraints_argument(api, c["constraints"])
+        if c["loss_scale_factor"] == 0.0:
+            raise ValueError(
+                f"`{api}` needs loss_scale_factor to be positive. Received: loss_scale_factor=0.0."
+            )
+        k = c["gradient_accumulation_steps"]
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 2):
+            raise ValueError(
+                f"`{api}` needs gradient_accumulation_steps to be an integer >= 2 (or None). "
+                f"Received: gradient_accumulation_steps={k!r}."
+            )
+        if c["use_ema"]:
+            m = c["ema_momentum"]
+            if isinstance(m, bool) or not isinstance(m, numbers.Real) or not 0 <= m <= 1:
+                raise ValueError(
+                    f"`{api}` needs ema_momentum in [0, 1] when use_ema=True. "
+                    f"Received: ema_momentum={m!r}."
+                )
+            f = c["ema_overwrite_frequency"]
+            if f is not None and (isinstance(f, bool) or not isinstance(f, int) or f < 1):
+                raise ValueError(
+                    f"`{api}` needs ema_overwrite_frequency to be an integer >= 1 (or None). "
+                    f"Received: ema_overwrite_frequency={f!r}."
+                )
+            if c["ema_start"] not in ("initial", "first_step"):
+                raise ValueError(
+                    f"`{api}` needs ema_start to be 'initial' or 'first_step'. "
+                    f"Received: ema_start={c['ema_start']!r}."
+                )
 
-    def _inner_changed(self) -> None:
-        """Called by an inner optimizer whose chain changed (see `MultiOptimizer`)."""
+    def _check(self, api: str) -> None:
+        """Checks the subclass's own arguments (overridden where Keras checks them)."""
 
-    def _steps_taken(self) -> jax.Array:
-        """The step count schedules see (steps applied)."""
-        return jnp.asarray(self._count)
+    def __getattr__(self, name: str) -> Any:
+        if name in ("learning_rate", "lr") and self.__dict__.get("_wrapped") is not None:
+            # The wrapper's property raised: say why (Python retries here on AttributeError).
+            return StatefulBase.learning_rate.fget(self)  # type: ignore[attr-defined]
+        config = self.__dict__.get("_config", {})
+        if name in config:
+            return config[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    @property
-    def built(self) -> bool:
-        """Whether `build` has run (it runs on the first step)."""
-        return self._state is not None
+    def __setattr__(self, name: str, value: Any) -> None:
+        d = self.__dict__
+        if "_config" in d and "_state" in d and not name.startswith("_"):
+            settable = {*self._defaults, *COMMON, *EXTRA} - {"jit_compile"}
+            if name in settable and d["_wrapped"] is None:
+                attributes.set_argument(self, name, value)
+                return
+            if self._is_custom() and attributes.set_custom(self, name, value):
+                object.__setattr__(self, name, value)
+                return
+        super().__setattr__(name, value)
+
+    def _select(self, name: str, keys: list[str], found: list[Any]) -> list[str]:
+        """Picks, among ``keys``, those of argument ``name`` (a hook for `Muon`)."""
+        del name, found
+        return keys
+
+    # -- the chain ------------------------------------------------------------------------
+
+    def _learning_rate_spec(self) -> Any:
+        c = self._config
+        if self._wrapped is not None:
+            return None
+        lr = c["learning_rate"]
+        k = c["gradient_accumulation_steps"] or 1
+        if not callable(lr) and not c["decay"]:
+            return lr
+        no_args = callable(lr) and takes_no_args(lr)
+        return KerasLearningRate(lr, k, c["decay"], no_args)
+
+    def _core(self, learning_rate: Any) -> GradientTransformationLike:
+        """The optimizer's own step, learning rate included (the Keras classes override it)."""
+        if self._wrapped is not None:
+            return self._wrapped
+        if self._is_custom():
+            return CustomStep(_Ref(self), learning_rate, self._custom_values())
+        raise NotImplementedError(
+            f"`{type(self).__name__}` needs an `update_step` (or a transform to wrap)."
+        )
+
+    # -- optimizers written the Keras way -------------------------------------------------
+
+    def _custom_values(self) -> tuple[tuple[str, float], ...]:
+        """The dynamic hyperparameters of a subclass: the floats of its `get_config`."""
+        base = {"name", "learning_rate", *COMMON, *EXTRA}
+        return tuple(
+            (k, float(v))
+            for k, v in self.get_config().items()
+            if k not in base and isinstance(v, float)
+        )
+
+    def _declare_slots(self, params: Params) -> SlotSpecs:
+        """Runs the subclass's ``build`` to collect the slots it declares."""
+        flat = jax.tree_util.tree_flatten_with_path(params)[0]
+        self._declaring_leaves = {path_name(path): leaf for path, leaf in flat}
+        self._declaring_names = {id(leaf): path_name(path) for path, leaf in flat}
+        self._declaring = SlotSpecs({}, {})
+        try:
+            type(self).build(self, params)
+            return self._declaring
+        finally:
+            self._declaring = None
 
     def build(self, params: Params) -> None:
-        """Creates the state for ``params`` (a pytree of arrays, or of `Variable` objects).
+        """Creates the state for ``params``.
 
-        A second call does nothing, as in Keras.
+        A subclass declares its slots here, after calling ``super().build(params)``, as in
+        Keras.
         """
-        if self.built:
+        if self._declaring is not None:
             return
-        names = dict(self._names_by_id)
-        for path, leaf in jax.tree_util.tree_flatten_with_path(params, is_leaf=_is_variable)[0]:
-            names.setdefault(id(leaf), path_name(path))
-        params = jax.tree.map(
-            lambda v: _value(v) if _is_variable(v) else v, params, is_leaf=_is_variable
-        )
-        self._prepare(params, names)
-        self._names_by_id = {}
-        self._state = self.transform.init(params)
-        self._count = jnp.zeros((), jnp.int32)
-        self._record(params)
+        super().build(params)
 
-    def _prepare(self, params: Params, names_by_id: Mapping[int, str]) -> None:
-        """Hook run by `build` before ``init``, for options that depend on the parameters.
-
-        ``names_by_id`` maps ``id(object)`` to the path of each parameter (arrays and
-        variables), for options given by identity.
-        """
-
-    def _record(self, params: Params) -> None:
-        self._treedef = jax.tree.structure(params)
-        self._spec = spec(params)
-        self._params_paths = [
-            path_name(p)
-            for p, _ in jax.tree_util.tree_flatten_with_path(params, is_leaf=is_param)[0]
-        ]
-        aliases = {**getattr(self, "_base_aliases", {}), **self._slot_aliases}
-        self._layout = Layout.of(
-            self._state, params, self.name, self._tied, aliases, self._tie_scope(), self._owners()
-        )
-
-    def _tie_scope(self) -> Any:
-        """See `Layout.of`; ``None`` ties names across the whole state."""
-        return None
-
-    def _owners(self) -> Any:
-        """See `Layout.of`; ``None`` names every key after this optimizer."""
-        return None
-
-    def _require_built(self, api: str) -> Layout:
-        if self._layout is None:
-            raise ValueError(
-                f"`{api}` needs a built optimizer. Call `optimizer.build(params)` first "
-                f"(`apply` builds on its first call). Received: an optimizer {self.name!r} "
-                f"that was never built."
-            )
-        return self._layout
-
-    # -- stepping -------------------------------------------------------------------------
-
-    def _function(self, kind: str) -> Callable[..., Any]:
-        """The step (``"step"``: on the state; ``"stateless"``: on the variables' dict)."""
-        fn = self._compiled.get(kind)
-        if fn is None:
-            statics: tuple[Any, ...] = (self.transform,)
-            if kind == "stateless":
-                statics += (self._require_built("stateless_apply"),)
-            try:
-                hash(statics)
-                hashable = True
-            except TypeError:
-                hashable = False
-            if not self.jit_compile:
-                fn = functools.partial(STEPS[kind], *statics)
-            elif hashable:
-                # Shared by every optimizer with an equal chain: a rebuilt optimizer (a
-                # re-run notebook cell) hits the compile cache.
-                fn = functools.partial(JITTED[kind], *statics)
-            else:
-                n = len(statics)
-                donate = (n, n + 1) if kind == "step" else (n, n + 2)
-                fn = jax.jit(functools.partial(STEPS[kind], *statics), donate_argnums=donate)
-            self._compiled[kind] = fn
-        return fn
-
-    def apply(self, grads: Any, params: Params) -> Params:
-        """Applies one step of ``grads`` to ``params`` and returns the new parameters.
-
-        Builds the optimizer on the first call. ``params`` are not donated (the caller may
-        keep them); the optimizer's own state is.
+    def add_variable_from_reference(
+        self, reference_variable: Any, name: str, initializer: Any = "zeros"
+    ) -> jax.ShapeDtypeStruct:
+        """Declares a slot ``name`` for one parameter, of its shape and dtype (in ``build``).
 
         Args:
-          grads: gradients, with the structure of ``params``.
-          params: a pytree of arrays.
+          reference_variable: the parameter (a leaf of the ``params`` given to ``build``)
+            or its path name.
+          name: the slot's name; ``update_step`` finds it in ``slots[name]``.
+          initializer: ``"zeros"``, ``"ones"``, a number, or ``(shape, dtype) -> array``.
 
         Returns:
-          The new parameters.
-
-        Raises:
-          ValueError: ``params`` differ from those the optimizer was built with, or
-            ``grads`` do not match them.
+          The slot's shape and dtype (its values reach ``update_step``).
         """
-        self.build(params)
-        check_params("apply", params, self._treedef, self._spec)
-        check_grads("apply", grads, params)
-        new_params, self._state, self._count = self._function("step")(
-            self._state, self._count, grads, params
-        )
-        return new_params
-
-    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> jax.Array:
-        """Applies ``(gradient, variable)`` pairs to the variables in place; Keras's API.
-
-        Variables are `Variable` objects or Flax ``nnx.Variable`` objects; their names (or
-        positions) are their parameter paths. Returns the new `iterations`.
-        """
-        pairs = list(grads_and_vars)
-        for i, (_, var) in enumerate(pairs):
-            if not _is_variable(var):
-                raise TypeError(
-                    f"`apply_gradients` needs (gradient, variable) pairs whose variables are "
-                    f"optx.optimizers.Variable or flax.nnx.Variable. Received: pair {i} with "
-                    f"a {type(var).__name__}."
-                )
-        names = views.variable_names([v for _, v in pairs])
-        if not self.built:
-            self._names_by_id = {id(v): n for n, (_, v) in zip(names, pairs, strict=True)}
-        params = {n: _value(v) for n, (_, v) in zip(names, pairs, strict=True)}
-        grads = {n: g for n, (g, _) in zip(names, pairs, strict=True)}
-        new = self.apply(grads, params)
-        for n, (_, var) in zip(names, pairs, strict=True):
-            _assign(var, new[n])
-        return self.iterations
-
-    def minimize(
-        self, loss_fn: Callable[..., Any], params: Params, *args: Any
-    ) -> tuple[Params, jax.Array]:
-        """One step on ``loss_fn(params, *args)``; returns the new parameters and the loss.
-
-        The gradient is `jax.value_and_grad`'s, of the loss scaled by `scale_loss` (divided
-        back in the step).
-        """
-        grad_fn = self._grad_fns.get(loss_fn)
-        if grad_fn is None:
-
-            def scaled(p: Params, s: jax.Array, *a: Any) -> tuple[jax.Array, jax.Array]:
-                loss = loss_fn(p, *a)
-                return loss * s, loss
-
-            grad_fn = jax.value_and_grad(scaled, has_aux=True)
-            if self.jit_compile:
-                grad_fn = jax.jit(grad_fn)
-            self._grad_fns[loss_fn] = grad_fn
-        (_, loss), grads = grad_fn(params, self.loss_scale(), *args)
-        return self.apply(grads, params), loss
-
-    def stateless_apply(
-        self, optimizer_variables: Mapping[str, Any], grads: Any, params: Params
-    ) -> tuple[Params, dict[str, Any]]:
-        """The pure step: ``(variables, grads, params) -> (new params, new variables)``.
-
-        ``optimizer_variables`` is a dict like `variables`. Both it and ``params`` are
-        donated to the compiled step: do not use them afterwards.
-
-        Raises:
-          ValueError: the optimizer is not built, the variables' keys differ from
-            `variables`', or the parameters differ from those it was built with.
-        """
-        layout = self._require_built("stateless_apply")
-        if not isinstance(optimizer_variables, Mapping):
-            raise TypeError(
-                f"`stateless_apply` needs optimizer_variables to be a dict keyed like "
-                f"`optimizer.variables`. Received: a {type(optimizer_variables).__name__}."
+        specs = self._declaring
+        if specs is None:
+            # `build`'s own body, after `super().build(params)`: the slots exist already.
+            return jax.ShapeDtypeStruct(
+                np.shape(reference_variable), jnp.result_type(reference_variable)
             )
-        check_keys("stateless_apply", [ITERATIONS, *layout.order], optimizer_variables)
-        check_params("stateless_apply", params, self._treedef, self._spec)
-        check_grads("stateless_apply", grads, params)
-        # The optimizer's own buffers (`variables` hands them out) are copied, not donated:
-        # the optimizer stays usable after a loop started from `opt.variables`.
-        own = {id(x) for x in jax.tree.leaves((self._state, self._count))}
-        variables = {
-            k: jnp.array(v, copy=True) if id(v) in own else v
-            for k, v in optimizer_variables.items()
-        }
-        new_params, new_variables = self._function("stateless")(variables, grads, params)
-        # jit returns dicts with sorted keys; hand them back in `variables` order.
-        return new_params, {k: new_variables[k] for k in (ITERATIONS, *layout.order)}
+        if isinstance(reference_variable, str):
+            path = reference_variable
+        else:
+            path = self._declaring_names.get(id(reference_variable))
+        if path not in self._declaring_leaves:
+            raise ValueError(
+                f"`add_variable_from_reference` needs a parameter given to `build` (or its "
+                f"path). Received: {reference_variable!r:.80} for slot {name!r}."
+            )
+        leaf = self._declaring_leaves[path]
+        shape, dtype = np.shape(leaf), jnp.result_type(leaf)
+        specs.per_param.setdefault(path, {})[name] = (shape, dtype, initializer)
+        return jax.ShapeDtypeStruct(shape, dtype)
 
-    # -- state access ---------------------------------------------------------------------
+    def add_variable(
+        self,
+        shape: tuple[int, ...] = (),
+        initializer: Any = "zeros",
+        dtype: Any = None,
+        name: str | None = None,
+    ) -> jax.ShapeDtypeStruct:
+        """Declares a variable tied to no parameter (in ``build``), e.g. a product of betas.
 
-    @property
-    def variables(self) -> dict[str, jax.Array]:
-        """The state as ``{name: array}`` (a snapshot; the next step donates its buffers)."""
-        layout = self._require_built("variables") if self.built else None
-        if layout is None:
-            return {}
-        return {ITERATIONS: self._count, **layout.to_dict(self._state)}
+        ``update_step`` receives it in ``slots[name]`` for every parameter, in path order,
+        and returns its new value; the next parameter sees that value (Keras's order).
+        """
+        specs = self._declaring
+        if specs is None:
+            return jax.ShapeDtypeStruct(tuple(shape), jnp.float32 if dtype is None else dtype)
+        if not isinstance(name, str):
+            raise TypeError(f"`add_variable` needs a name. Received: name={name!r}.")
+        dtype = jnp.float32 if dtype is None else dtype
+        specs.globals[name] = (tuple(shape), dtype, initializer)
+        return jax.ShapeDtypeStruct(tuple(shape), dtype)
 
-    @property
-    def iterations(self) -> jax.Array:
-        """The number of steps applied (int32; Keras counts accumulated steps with accumulation)."""
-        return jnp.array(self._count, copy=True) // self._every_k()
+    def _decay(self, core: GradientTransformationLike, lr: Any) -> GradientTransformationLike:
+        wd = self._config["weight_decay"]
+        if not wd:
+            return core
+        mask = DecayMask(self._excluded_patterns) if self._excluded_patterns else None
+        return decay_before(core, wd, lr, mask)
+
+    def _build_transform(self) -> GradientTransformationLike:
+        c = self._config
+        lr = self._learning_rate_spec()
+        with hp.caller(type(self).__name__):
+            inner = self._decay(self._core(lr), lr)
+            clipping = self._clip_transform()
+            if clipping is not None:
+                inner = chain(clipping, inner)
+            k = c["gradient_accumulation_steps"]
+            if k:
+                inner = accumulate_gradients(inner, k)
+            parts = [("step", inner)]
+            if c["loss_scale_factor"] is not None:
+                parts.insert(0, ("loss_scale", unscale_gradients(c["loss_scale_factor"])))
+            if c["use_ema"]:
+                parts.append(
+                    (
+                        "ema",
+                        ema_params(
+                            c["ema_momentum"],
+                            c["ema_overwrite_frequency"],
+                            start=c["ema_start"],
+                            every_k=k or 1,
+                        ),
+                    )
+                )
+            if c["constraints"]:
+                # After the EMA, as Keras applies `variable.constraint` last.
+                parts.append(("constraints", constrain(c["constraints"])))
+            return parts[0][1] if len(parts) == 1 else named_chain(*parts)
+
+    def _clip_transform(self) -> Any:
+        c = self._config
+        if c["clipnorm"]:
+            return clip_by_norm(c["clipnorm"])
+        if c["global_clipnorm"]:
+            return clip_by_global_norm(c["global_clipnorm"])
+        if c["clipvalue"]:
+            return clip(c["clipvalue"])
+        return None
 
     def _every_k(self) -> int:
-        return 1
+        return self._config["gradient_accumulation_steps"] or 1
 
-    def _hyper_keys(self, name: str) -> list[str]:
-        layout = self._require_built(f"{name}")
-        return [k for k in layout.hyperparams if k == name or k.endswith("/" + name)]
+    def _rebuild(self) -> None:
+        """Rebuilds the chain from the arguments; a built owner or self keeps its state."""
+        transform = self._build_transform()
+        if transform != self.transform:
+            self._replace_transform(transform)
+            if self._owner is not None:
+                self._owner[0]._inner_changed()
+
+    # -- learning rate --------------------------------------------------------------------
 
     @property
     def learning_rate(self) -> Any:
-        """The learning rate (a float32 array); settable with a number, never recompiling."""
+        """The learning rate: its current value (float32); settable with a number."""
+        if self._wrapped is not None:
+            return StatefulBase.learning_rate.fget(self)  # type: ignore[attr-defined]
+        lr = self._config["learning_rate"]
+        owner = self._owner
+        if callable(lr) or self._config["decay"]:
+            spec = self._learning_rate_spec()
+            source = owner[0] if owner is not None else self
+            return spec(source._steps_taken() // self._every_k())
+        if owner is not None and owner[0].built:
+            return jnp.array(owner[0].variables[self._owner_key("learning_rate")], copy=True)
+        if not self.built:
+            return jnp.asarray(lr, jnp.float32)
         return self._get_hyper("learning_rate")
 
     @learning_rate.setter
     def learning_rate(self, value: Any) -> None:
-        self._set_hyper("learning_rate", value)
+        api = f"{type(self).__name__}.learning_rate"
+        if self._wrapped is not None:
+            StatefulBase.learning_rate.fset(self, value)  # type: ignore[attr-defined]
+            return
+        value = self._check_learning_rate(api, value)
+        current = self._config["learning_rate"]
+        if callable(value) or callable(current) or self._config["decay"]:
+            if not callable(value) and callable(current):
+                raise TypeError(
+                    f"`{api}` was created with a schedule (or callable), so a number cannot "
+                    f"replace it. Received: learning_rate={value!r}. Build a new optimizer, "
+                    f"or pass a schedule."
+                )
+            self._replace_config(learning_rate=value)
+            return
+        self._config["learning_rate"] = value
+        owner = self._owner
+        if owner is not None and owner[0].built:
+            owner[0]._write(self._owner_key("learning_rate"), value)
+        elif self.built:
+            self._write("learning_rate", value)
+        else:
+            self._rebuild()
 
     lr = learning_rate
 
-    def _get_hyper(self, name: str) -> Any:
-        if not self.built:
-            raise ValueError(
-                f"`{name}` of an optimizer wrapping a transform is read from its state: "
-                f"build it first. Received: an optimizer {self.name!r} that was never built."
-            )
-        keys = self._hyper_keys(name)
-        if len(keys) != 1:
-            raise AttributeError(
-                f"`{name}` needs exactly one hyperparameter of that name in the state. "
-                f"Received: a state holding {len(keys)} ({', '.join(map(repr, keys)) or 'none'}); "
-                f"use `optx.get_hyperparams` / `optx.set_hyperparams`."
-            )
-        return jnp.array(self.variables[keys[0]], copy=True)
+    def _replace_config(self, **changes: Any) -> None:
+        """Changes arguments and rebuilds the chain, carrying the state over by name."""
+        self._config.update(changes)
+        self._rebuild()
 
-    def _set_hyper(self, name: str, value: Any) -> None:
-        self._get_hyper(name)
-        (key,) = self._hyper_keys(name)
-        self._write(key, value)
+    def _owner_key(self, name: str) -> str:
+        assert self._owner is not None
+        label = self._owner[1]
+        return f"{label}/{name}" if label else name
 
-    def _write(self, key: str, value: Any) -> None:
-        layout = self._require_built(key)
-        values = layout.to_dict(self._state)
-        old = values[key]
-        if isinstance(value, jax.core.Tracer) or np.ndim(value) != 0:
-            raise TypeError(f"`{key}` needs a number. Received: {key}={value!r}.")
-        value = hp.validate(self.name, key.rpartition("/")[2], value)
-        values[key] = jnp.asarray(value, old.dtype)
-        self._state = layout.from_dict(key, values)
-
-    def finalize_variable_values(self, params: Any) -> Any:
-        """The parameters replaced by their moving average, where the state keeps one.
-
-        Given `Variable` objects (a list or pytree), assigns them in place instead.
-        """
-        return views.finalize(self, params)
-
-    def loss_scale(self) -> jax.Array:
-        """The factor `scale_loss` multiplies by (1 without loss scaling)."""
-        return views.loss_scale(self._state) if self.built else views.initial_loss_scale(self)
-
-    def scale_loss(self, loss: Any) -> jax.Array:
-        """``loss`` times the loss-scale factor (``loss`` itself without loss scaling)."""
-        return jnp.asarray(loss) * self.loss_scale()
+    # -- weight decay exclusions ----------------------------------------------------------
 
     def exclude_from_weight_decay(
         self, var_list: Iterable[Any] | None = None, var_names: Iterable[str] | None = None
     ) -> None:
-        """Only the Keras classes hold a weight decay to exclude variables from."""
-        raise TypeError(
-            f"`exclude_from_weight_decay` needs a Keras-style optimizer class "
-            f"(optx.optimizers.Adam, ...). Received: a wrapper of {self.transform!r}; "
-            f"mask its weight-decay transform instead."
-        )
+        """Excludes parameters from weight decay; call it before the first step.
 
-    # -- config and display ---------------------------------------------------------------
+        Args:
+          var_list: `Variable` objects (or Flax variables, or parameter arrays) to exclude,
+            matched by identity when the optimizer is built, or parameter path names.
+          var_names: regular expressions searched (`re.search`) in each parameter's full
+            path (``"dense/bias"``); a match excludes it.
+
+        Raises:
+          ValueError: the optimizer is already built.
+        """
+        api = "exclude_from_weight_decay"
+        if self._wrapped is not None:
+            StatefulBase.exclude_from_weight_decay(self, var_list, var_names)
+        if self.built or (self._owner is not None and self._owner[0].built):
+            raise ValueError(
+                f"`{api}` needs an optimizer that is not built yet (it changes the chain). "
+                f"Received: {self.name!r}, built for {len(self._params_paths)} parameters."
+            )
+        names = list(var_names or [])
+        for n in names:
+            if not isinstance(n, str):
+                raise TypeError(f"`{api}` needs var_names to be strings. Received: {n!r}.")
+            re.compile(n)
+        objects = list(var_list or [])
+        self._excluded_objects = [o for o in objects if not isinstance(o, str)]
+        paths = [f"^{re.escape(o)}$" for o in objects if isinstance(o, str)]
+        self._excluded_patterns = tuple(names + paths)
+        self._rebuild()
+
+    def _prepare(self, params: Params, names_by_id: Mapping[int, str]) -> None:
+        if self.transform is None:  # a subclass with `update_step`: its chain, now
+            self._set_transform(self._build_transform())
+        if self._excluded_objects:
+            found = [
+                f"^{re.escape(names_by_id[id(o)])}$"
+                for o in self._excluded_objects
+                if id(o) in names_by_id
+            ]
+            if len(found) < len(self._excluded_objects):
+                warnings.warn(
+                    f"`exclude_from_weight_decay`: {len(self._excluded_objects) - len(found)} "
+                    f"of the {len(self._excluded_objects)} objects in var_list are not among "
+                    f"the parameters {self.name!r} is built with, and exclude nothing.",
+                    stacklevel=4,
+                )
+            self._excluded_patterns = tuple(dict.fromkeys(self._excluded_patterns + tuple(found)))
+            self._excluded_objects = []
+            self._rebuild()
+
+    # -- config ---------------------------------------------------------------------------
 
     def get_config(self) -> dict[str, Any]:
-        """The constructor's arguments (the transform itself for this generic wrapper)."""
-        return {"name": self.name, "transform": self.transform, "jit_compile": self.jit_compile}
+        """Keras's config: the name, the learning rate, the common and own arguments.
+
+        A float learning rate is its current value; a schedule is serialised. optx's
+        extra options (``decay``, ``ema_start``, ``jit_compile``) appear only when set.
+        """
+        c = self._config
+        if self._wrapped is not None:
+            config = {"name": self.name, "transform": self._wrapped}
+            config.update({k: c[k] for k, d in {**COMMON, **EXTRA}.items() if c[k] != d})
+            return config
+        lr = c["learning_rate"]
+        if isinstance(lr, Schedule):
+            lr = keras_serialization.serialize(lr)
+        elif not callable(lr):
+            lr = float(self.learning_rate)
+        config = {"name": self.name, "learning_rate": lr}
+        config.update({k: c[k] for k in self._defaults})
+        config.update({k: c[k] for k in COMMON})
+        config.update({k: c[k] for k, d in EXTRA.items() if c[k] != d})
+        if c["constraints"]:
+            config["constraints"] = {
+                k: serialize_constraint(v) for k, v in c["constraints"].items()
+            }
+        return config
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], custom_objects: Any = None) -> Optimizer:
-        """Rebuilds an optimizer from `get_config`'s output."""
-        del custom_objects
+        """Rebuilds an optimizer from `get_config` (Keras's or tf.keras's, ``lr`` included)."""
+        config = dict(config)
+        if "lr" in config:
+            config["learning_rate"] = config.pop("lr")
+        lr = config.get("learning_rate")
+        if isinstance(lr, Mapping):
+            config["learning_rate"] = keras_serialization.deserialize(lr, custom_objects)
+        if isinstance(config.get("constraints"), Mapping):
+            config["constraints"] = {
+                k: deserialize_constraint(v, custom_objects)
+                for k, v in config["constraints"].items()
+            }
         return cls(**config)
 
     def _repr_args(self) -> str:
-        return f"{self.transform!r}, name={self.name!r}"
+        if self._wrapped is not None:
+            return f"{self._wrapped!r}, name={self.name!r}"
+        config = self.get_config()
+        lr = self._config["learning_rate"]
+        # The float32 value, shown as its shortest repr (1e-3, not 0.0010000000474974513).
+        config["learning_rate"] = lr if callable(lr) else np.float32(config["learning_rate"])
+        shown = [f"name={config.pop('name')!r}"]
+        defaults = {**self._defaults, **COMMON}
+        for k, v in config.items():
+            if k == "learning_rate" or defaults.get(k, object()) != v:
+                shown.append(f"{k}={v!s}" if isinstance(v, np.floating) else f"{k}={v!r}")
+        return ", ".join(shown)
 
-    def __repr__(self) -> str:
-        return views.text(self)
 
-    def _repr_html_(self) -> str:
-        return views.html(self)
+def _is_transform(value: Any) -> bool:
+    return callable(getattr(value, "init", None)) and callable(getattr(value, "update", None))

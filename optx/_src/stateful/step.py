@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -10,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from optx._src.base import GradientTransformationLike, Params, apply_updates, safe_increment
+from optx._src.missing import skip_missing
 from optx._src.stateful.layout import Layout
 from optx._src.tree import path_name
 
@@ -26,7 +28,9 @@ def spec(params: Params) -> list[tuple[str, tuple[int, ...], Any]]:
 def _step(
     transform: GradientTransformationLike, state: Any, count: jax.Array, grads: Any, params: Params
 ) -> tuple[Params, Any, jax.Array]:
-    updates, state = transform.update(grads, state, params)
+    # A `None` gradient skips its parameter and leaves its slots as they are (a no-op
+    # when every gradient is there).
+    updates, state = skip_missing(transform).update(grads, state, params)
     return apply_updates(params, updates), state, safe_increment(count)
 
 
@@ -102,3 +106,35 @@ def check_grads(api: str, grads: Any, params: Params) -> None:
 
 def _is_none(x: Any) -> bool:
     return x is None
+
+
+_VALID_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def check_dtypes(api: str, params: Params) -> None:
+    """Raises a `ValueError` for a parameter that is not float16/bfloat16/float32/float64."""
+    for path, p in jax.tree_util.tree_flatten_with_path(params)[0]:
+        dtype = jnp.result_type(p)
+        if dtype.name not in _VALID_DTYPES:
+            raise ValueError(
+                f"`{api}` needs floating-point parameters ({', '.join(_VALID_DTYPES)}). "
+                f"Received: {path_name(path)!r} of dtype {dtype.name}."
+            )
+
+
+def missing_gradients(api: str, grads: Any, params: Params) -> None:
+    """Warns once, naming them, of parameters without a gradient; all missing is an error."""
+    flat = jax.tree_util.tree_flatten_with_path(grads, is_leaf=_is_none)[0]
+    missing = [path_name(path) for path, g in flat if g is None]
+    if not missing:
+        return
+    if len(missing) == len(flat):
+        raise ValueError(
+            f"`{api}` needs a gradient for at least one parameter. Received: no gradients "
+            f"(all {len(flat)} are None)."
+        )
+    warnings.warn(
+        f"`{api}`: gradients do not exist for {missing}; those parameters and their "
+        f"slots are left as they are.",
+        stacklevel=3,
+    )

@@ -30,7 +30,8 @@ class Variable:
     """
 
     def __init__(self, value: Any, name: str | None = None) -> None:
-        self.value = jnp.asarray(value)
+        # A Python number makes a (strong) float32/int32 array, not a weakly typed one.
+        self.value = value if isinstance(value, jax.Array) else jnp.asarray(np.asarray(value))
         self.name = name
 
     def assign(self, value: Any) -> None:

@@ -21,7 +21,7 @@ from optx._src.stateful.step import check_params
 from optx._src.stateful.variable import _assign, _is_variable, _value
 
 if TYPE_CHECKING:
-    from optx._src.stateful.optimizer import Optimizer
+    from optx._src.stateful.stateful import StatefulBase as Optimizer
 
 _MASKED = lambda x: isinstance(x, MaskedNode)  # noqa: E731
 
@@ -143,7 +143,15 @@ def text(opt: Optimizer) -> str:
     """`Optimizer.__repr__`."""
     lines = [_header(opt)]
     if not opt.built:
-        lines.append("  not built (builds on the first step)")
+        owner = opt._owner
+        if owner is not None and owner[0].built:
+            lines.append(
+                f"  held by {type(owner[0]).__name__} {owner[0].name!r}; "
+                f"learning_rate={_short(float(opt.learning_rate))}; "
+                f"iterations={int(opt.iterations)}"
+            )
+        else:
+            lines.append("  not built (builds on the first step)")
         return "\n".join(lines)
     lines.append(
         f"  built for {len(opt._params_paths)} parameters; iterations="

@@ -1,0 +1,473 @@
+"""`StatefulBase`: the state, layout and compiled step shared by every stateful optimizer."""
+
+from __future__ import annotations
+
+import abc
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from optx._src import hyperparams as hp
+from optx._src.base import GradientTransformationLike, Params
+from optx._src.stateful import views
+from optx._src.stateful.layout import Layout, check_keys
+from optx._src.stateful.step import (
+    ITERATIONS,
+    JITTED,
+    STEPS,
+    check_dtypes,
+    check_grads,
+    check_params,
+    missing_gradients,
+    spec,
+)
+from optx._src.stateful.variable import _assign, _is_variable, _value
+from optx._src.stateful.weights import WeightsMixin
+from optx._src.tree import is_param, path_name
+
+
+class StatefulBase(WeightsMixin, metaclass=abc.ABCMeta):
+    """Keeps the state of any transform and applies it: Keras's optimizer API, on optx.
+
+    The state is the transform's own, viewed as a flat dict (`variables`) keyed by
+    ``"<name>/<slot>/<param path>"`` plus ``"iterations"`` and the hyperparameters. A step is
+    ``transform.update`` and `optx.apply_updates` under one `jax.jit`, compiled once per
+    parameter structure; the optimizer's state buffers are donated to it.
+
+    Args:
+      transform: any transform with optax's ``init``/``update`` protocol (optx's, optax's).
+      name: the prefix of the variables' keys; ``None`` uses ``"optimizer"``.
+      jit_compile: compile the step with `jax.jit`; ``False`` runs it eagerly (debugging).
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> opt = optx.optimizers.Optimizer(optx.adam(0.1), name="adam")
+      >>> params = {"w": jnp.array([1.0, -1.0])}
+      >>> params = opt.apply({"w": jnp.array([0.5, -0.5])}, params)
+      >>> params["w"], int(opt.iterations)
+      (Array([ 0.9, -0.9], dtype=float32), 1)
+      >>> list(opt.variables)
+      ['iterations', 'one_minus_b1', 'one_minus_b2', 'eps', 'eps_root', 'learning_rate', \
+'adam/0/count', 'adam/mu/w', 'adam/nu/w', 'adam/1/count']
+    """
+
+    _tied: ClassVar[tuple[str, ...]] = ()
+    _slot_aliases: ClassVar[dict[str, str]] = {}
+    _default_name: ClassVar[str] = "optimizer"
+    # A subclass whose chain depends on the parameters passes `None` and sets it in `_prepare`.
+    _deferred: ClassVar[bool] = False
+    # MultiOptimizer and LossScaleOptimizer, which nest no further.
+    _wraps_optimizers: ClassVar[bool] = False
+    _owner: tuple[StatefulBase, str] | None = None
+
+    def __init__(
+        self,
+        transform: GradientTransformationLike,
+        name: str | None = None,
+        *,
+        jit_compile: bool = True,
+    ) -> None:
+        deferred = self._deferred and transform is None
+        if not deferred and not (
+            callable(getattr(transform, "init", None))
+            and callable(getattr(transform, "update", None))
+        ):
+            raise TypeError(
+                f"`Optimizer` needs a transform with `init` and `update` (optx's or optax's). "
+                f"Received: transform={transform!r}."
+            )
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"`Optimizer` needs name to be a string. Received: name={name!r}.")
+        self.name = name or self._default_name
+        self.jit_compile = bool(jit_compile)
+        self._set_transform(transform)
+        self._state: Any = None
+        self._count: jax.Array = jnp.zeros((), jnp.int32)
+        self._layout: Layout | None = None
+        self._spec: Any = None
+        self._treedef: Any = None
+        self._params_paths: list[str] = []
+        self._names_by_id: dict[int, str] = {}
+        self._grad_fns: dict[Any, Callable[..., Any]] = {}
+
+    # -- building -------------------------------------------------------------------------
+
+    def _set_transform(self, transform: GradientTransformationLike) -> None:
+        self.transform = transform
+        self._compiled: dict[str, Callable[..., Any]] = {}
+
+    def _replace_transform(self, transform: GradientTransformationLike) -> None:
+        """Swaps the chain; a built optimizer carries its state over, key by key."""
+        if not self.built:
+            self._set_transform(transform)
+            return
+        old = dict(self.variables)
+        self._set_transform(transform)
+        leaves = [jnp.zeros(shape, dtype) for _, shape, dtype in self._spec]
+        params = jax.tree.unflatten(self._treedef, leaves)
+        self._state = transform.init(params)
+        self._record(params)
+        self._load({k: old.get(k, v) for k, v in self.variables.items()}, "rebuild")
+
+    def _inner_changed(self) -> None:
+        """Called by an inner optimizer whose chain changed (see `MultiOptimizer`)."""
+
+    def _steps_taken(self) -> jax.Array:
+        """The step count schedules see (steps applied)."""
+        return jnp.asarray(self._count)
+
+    @property
+    def built(self) -> bool:
+        """Whether `build` has run (it runs on the first step)."""
+        return self._state is not None
+
+    def build(self, params: Params) -> None:
+        """Creates the state for ``params`` (a pytree of arrays, or of `Variable` objects).
+
+        A second call does nothing, as in Keras.
+        """
+        if self.built:
+            return
+        names = dict(self._names_by_id)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(params, is_leaf=_is_variable)[0]:
+            names.setdefault(id(leaf), path_name(path))
+        params = jax.tree.map(
+            lambda v: _value(v) if _is_variable(v) else v, params, is_leaf=_is_variable
+        )
+        check_dtypes("build", params)
+        self._prepare(params, names)
+        self._names_by_id = {}
+        self._state = self.transform.init(params)
+        self._count = jnp.zeros((), jnp.int32)
+        self._record(params)
+
+    def _prepare(self, params: Params, names_by_id: Mapping[int, str]) -> None:
+        """Hook run by `build` before ``init``, for options that depend on the parameters.
+
+        ``names_by_id`` maps ``id(object)`` to the path of each parameter (arrays and
+        variables), for options given by identity.
+        """
+
+    def _record(self, params: Params) -> None:
+        self._treedef = jax.tree.structure(params)
+        self._spec = spec(params)
+        self._params_paths = [
+            path_name(p)
+            for p, _ in jax.tree_util.tree_flatten_with_path(params, is_leaf=is_param)[0]
+        ]
+        aliases = {**getattr(self, "_base_aliases", {}), **self._slot_aliases}
+        self._layout = Layout.of(
+            self._state, params, self.name, self._tied, aliases, self._tie_scope(), self._owners()
+        )
+
+    def _tie_scope(self) -> Any:
+        """See `Layout.of`; ``None`` ties names across the whole state."""
+        return None
+
+    def _owners(self) -> Any:
+        """See `Layout.of`; ``None`` names every key after this optimizer."""
+        return None
+
+    def _require_built(self, api: str) -> Layout:
+        if self._layout is None:
+            raise ValueError(
+                f"`{api}` needs a built optimizer. Call `optimizer.build(params)` first "
+                f"(`apply` builds on its first call). Received: an optimizer {self.name!r} "
+                f"that was never built."
+            )
+        return self._layout
+
+    # -- stepping -------------------------------------------------------------------------
+
+    def _function(self, kind: str) -> Callable[..., Any]:
+        """The step (``"step"``: on the state; ``"stateless"``: on the variables' dict)."""
+        fn = self._compiled.get(kind)
+        if fn is None:
+            statics: tuple[Any, ...] = (self.transform,)
+            if kind == "stateless":
+                statics += (self._require_built("stateless_apply"),)
+            try:
+                hash(statics)
+                hashable = True
+            except TypeError:
+                hashable = False
+            if not self.jit_compile:
+                fn = functools.partial(STEPS[kind], *statics)
+            elif hashable:
+                # Shared by every optimizer with an equal chain: a rebuilt optimizer (a
+                # re-run notebook cell) hits the compile cache.
+                fn = functools.partial(JITTED[kind], *statics)
+            else:
+                n = len(statics)
+                donate = (n, n + 1) if kind == "step" else (n, n + 2)
+                fn = jax.jit(functools.partial(STEPS[kind], *statics), donate_argnums=donate)
+            self._compiled[kind] = fn
+        return fn
+
+    def apply(self, grads: Any, params: Params) -> Params:
+        """Applies one step of ``grads`` to ``params`` and returns the new parameters.
+
+        Builds the optimizer on the first call. ``params`` are not donated (the caller may
+        keep them); the optimizer's own state is.
+
+        Args:
+          grads: gradients, with the structure of ``params``.
+          params: a pytree of arrays.
+
+        Returns:
+          The new parameters.
+
+        Raises:
+          ValueError: ``params`` differ from those the optimizer was built with, or
+            ``grads`` do not match them.
+        """
+        self.build(params)
+        if not self.built:  # a subclass's `build` that does not call `super().build`
+            StatefulBase.build(self, params)
+        check_params("apply", params, self._treedef, self._spec)
+        check_grads("apply", grads, params)
+        missing_gradients("apply", grads, params)
+        new_params, self._state, self._count = self._function("step")(
+            self._state, self._count, grads, params
+        )
+        return new_params
+
+    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> jax.Array:
+        """Applies ``(gradient, variable)`` pairs to the variables in place; Keras's API.
+
+        Variables are `Variable` objects or Flax ``nnx.Variable`` objects; their names (or
+        positions) are their parameter paths. Returns the new `iterations`.
+        """
+        pairs = list(grads_and_vars)
+        for i, (_, var) in enumerate(pairs):
+            if not _is_variable(var):
+                raise TypeError(
+                    f"`apply_gradients` needs (gradient, variable) pairs whose variables are "
+                    f"optx.optimizers.Variable or flax.nnx.Variable. Received: pair {i} with "
+                    f"a {type(var).__name__}."
+                )
+        names = views.variable_names([v for _, v in pairs])
+        if not self.built:
+            self._names_by_id = {id(v): n for n, (_, v) in zip(names, pairs, strict=True)}
+        params = {n: _value(v) for n, (_, v) in zip(names, pairs, strict=True)}
+        grads = {n: g for n, (g, _) in zip(names, pairs, strict=True)}
+        new = self.apply(grads, params)
+        for n, (_, var) in zip(names, pairs, strict=True):
+            _assign(var, new[n])
+        return self.iterations
+
+    def _value_and_grad(
+        self, loss_fn: Callable[..., Any], params: Params, args: tuple[Any, ...], has_aux: bool
+    ) -> tuple[Any, jax.Array, Any]:
+        """``(gradients of the scaled loss, loss, aux)``, jit-compiled once per ``loss_fn``."""
+        grad_fn = self._grad_fns.get((loss_fn, has_aux))
+        if grad_fn is None:
+
+            def scaled(p: Params, s: jax.Array, *a: Any) -> tuple[jax.Array, Any]:
+                out = loss_fn(p, *a)
+                loss, aux = out if has_aux else (out, None)
+                return loss * s, (loss, aux)
+
+            grad_fn = jax.value_and_grad(scaled, has_aux=True)
+            if self.jit_compile:
+                grad_fn = jax.jit(grad_fn)
+            self._grad_fns[(loss_fn, has_aux)] = grad_fn
+        (_, (loss, aux)), grads = grad_fn(params, self.loss_scale(), *args)
+        return grads, loss, aux
+
+    def minimize(
+        self, loss_fn: Callable[..., Any], params: Params, *args: Any, has_aux: bool = False
+    ) -> tuple[Any, ...]:
+        """One step on ``loss_fn(params, *args)``; returns the new parameters and the loss.
+
+        With ``has_aux=True``, ``loss_fn`` returns ``(loss, aux)`` and this returns
+        ``(new_params, loss, aux)``. The gradient is `jax.value_and_grad`'s, of the loss
+        scaled by `scale_loss` (divided back in the step).
+        """
+        grads, loss, aux = self._value_and_grad(loss_fn, params, args, has_aux)
+        new_params = self.apply(grads, params)
+        return (new_params, loss, aux) if has_aux else (new_params, loss)
+
+    def compute_gradients(
+        self, loss_fn: Callable[..., Any], params: Params, *args: Any, has_aux: bool = False
+    ) -> tuple[Any, ...]:
+        """The gradients of ``loss_fn(params, *args)``, clipped as the optimizer clips them.
+
+        As OptimizerV2's: the loss is scaled by `scale_loss` for differentiation and the
+        gradients divided back, then ``clipnorm`` / ``clipvalue`` / ``global_clipnorm``
+        apply. Applying them clips again, which changes nothing.
+
+        Returns:
+          ``(grads, loss)``, or ``(grads, loss, aux)`` with ``has_aux=True``.
+        """
+        grads, loss, aux = self._value_and_grad(loss_fn, params, args, has_aux)
+        scale = self.loss_scale()
+        grads = jax.tree.map(lambda g: (g / scale).astype(g.dtype), grads)
+        clip = self._clip_transform()
+        if clip is not None:
+            grads, _ = clip.update(grads, clip.init(params), params)
+        return (grads, loss, aux) if has_aux else (grads, loss)
+
+    def _clip_transform(self) -> Any:
+        """The clipping of the gradients, or ``None`` (the Keras classes override it)."""
+        return None
+
+    def stateless_apply(
+        self, optimizer_variables: Mapping[str, Any], grads: Any, params: Params
+    ) -> tuple[Params, dict[str, Any]]:
+        """The pure step: ``(variables, grads, params) -> (new params, new variables)``.
+
+        ``optimizer_variables`` is a dict like `variables`. Both it and ``params`` are
+        donated to the compiled step: do not use them afterwards.
+
+        Raises:
+          ValueError: the optimizer is not built, the variables' keys differ from
+            `variables`', or the parameters differ from those it was built with.
+        """
+        layout = self._require_built("stateless_apply")
+        if not isinstance(optimizer_variables, Mapping):
+            raise TypeError(
+                f"`stateless_apply` needs optimizer_variables to be a dict keyed like "
+                f"`optimizer.variables`. Received: a {type(optimizer_variables).__name__}."
+            )
+        check_keys("stateless_apply", [ITERATIONS, *layout.order], optimizer_variables)
+        check_params("stateless_apply", params, self._treedef, self._spec)
+        check_grads("stateless_apply", grads, params)
+        missing_gradients("stateless_apply", grads, params)
+        # The optimizer's own buffers (`variables` hands them out) are copied, not donated:
+        # the optimizer stays usable after a loop started from `opt.variables`.
+        own = {id(x) for x in jax.tree.leaves((self._state, self._count))}
+        variables = {
+            k: jnp.array(v, copy=True) if id(v) in own else v
+            for k, v in optimizer_variables.items()
+        }
+        new_params, new_variables = self._function("stateless")(variables, grads, params)
+        # jit returns dicts with sorted keys; hand them back in `variables` order.
+        return new_params, {k: new_variables[k] for k in (ITERATIONS, *layout.order)}
+
+    # -- state access ---------------------------------------------------------------------
+
+    @property
+    def variables(self) -> dict[str, jax.Array]:
+        """The state as ``{name: array}`` (a snapshot; the next step donates its buffers)."""
+        layout = self._require_built("variables") if self.built else None
+        if layout is None:
+            return {}
+        return {ITERATIONS: self._count, **layout.to_dict(self._state)}
+
+    @property
+    def iterations(self) -> jax.Array:
+        """The number of steps applied (int32; Keras counts accumulated steps with accumulation).
+
+        Inside a custom ``update_step``, the number of steps before this one (traced).
+        """
+        tracing = self.__dict__.get("_tracing_iterations")
+        if tracing is not None:
+            return tracing
+        if self._owner is not None and self._owner[0].built:
+            # Held by a MultiOptimizer or LossScaleOptimizer: the steps it applied to us.
+            return self._owner[0]._steps_taken() // self._every_k()
+        return jnp.array(self._count, copy=True) // self._every_k()
+
+    def _every_k(self) -> int:
+        return 1
+
+    def _hyper_keys(self, name: str) -> list[str]:
+        layout = self._require_built(f"{name}")
+        return [k for k in layout.hyperparams if k == name or k.endswith("/" + name)]
+
+    @property
+    def learning_rate(self) -> Any:
+        """The learning rate (a float32 array); settable with a number, never recompiling."""
+        return self._get_hyper("learning_rate")
+
+    @learning_rate.setter
+    def learning_rate(self, value: Any) -> None:
+        self._set_hyper("learning_rate", value)
+
+    lr = learning_rate
+
+    def _get_hyper(self, name: str) -> Any:
+        if not self.built:
+            raise ValueError(
+                f"`{name}` of an optimizer wrapping a transform is read from its state: "
+                f"build it first. Received: an optimizer {self.name!r} that was never built."
+            )
+        keys = self._hyper_keys(name)
+        if len(keys) != 1:
+            raise AttributeError(
+                f"`{name}` needs exactly one hyperparameter of that name in the state. "
+                f"Received: a state holding {len(keys)} ({', '.join(map(repr, keys)) or 'none'}); "
+                f"use `optx.get_hyperparams` / `optx.set_hyperparams`."
+            )
+        return jnp.array(self.variables[keys[0]], copy=True)
+
+    def _set_hyper(self, name: str, value: Any) -> None:
+        self._get_hyper(name)
+        (key,) = self._hyper_keys(name)
+        self._write(key, value)
+
+    def _write(self, key: str, value: Any, rule: Any = None) -> None:
+        """Writes the public ``value`` of the hyperparameter held at ``key`` in the state."""
+        layout = self._require_built(key)
+        values = layout.to_dict(self._state)
+        old = values[key]
+        if isinstance(value, jax.core.Tracer) or np.ndim(value) != 0:
+            raise TypeError(f"`{key}` needs a number. Received: {key}={value!r}.")
+        stored = key.rpartition("/")[2]
+        public = stored.removeprefix(hp._ONE_MINUS)
+        value = hp.validate(self.name, public, value, rule)
+        if stored != public:  # a decay, kept as 1 - value (computed in float64)
+            value = 1.0 - float(value)
+        values[key] = jnp.asarray(value, old.dtype)
+        self._state = layout.from_dict(key, values)
+
+    def finalize_variable_values(self, params: Any) -> Any:
+        """The parameters replaced by their moving average, where the state keeps one.
+
+        Given `Variable` objects (a list or pytree), assigns them in place instead.
+        """
+        return views.finalize(self, params)
+
+    def loss_scale(self) -> jax.Array:
+        """The factor `scale_loss` multiplies by (1 without loss scaling)."""
+        return views.loss_scale(self._state) if self.built else views.initial_loss_scale(self)
+
+    def scale_loss(self, loss: Any) -> jax.Array:
+        """``loss`` times the loss-scale factor (``loss`` itself without loss scaling)."""
+        return jnp.asarray(loss) * self.loss_scale()
+
+    def exclude_from_weight_decay(
+        self, var_list: Iterable[Any] | None = None, var_names: Iterable[str] | None = None
+    ) -> None:
+        """Only the Keras classes hold a weight decay to exclude variables from."""
+        raise TypeError(
+            f"`exclude_from_weight_decay` needs a Keras-style optimizer class "
+            f"(optx.optimizers.Adam, ...). Received: a wrapper of {self.transform!r}; "
+            f"mask its weight-decay transform instead."
+        )
+
+    # -- config and display ---------------------------------------------------------------
+
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments (the transform itself for this generic wrapper)."""
+        return {"name": self.name, "transform": self.transform, "jit_compile": self.jit_compile}
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], custom_objects: Any = None) -> StatefulBase:
+        """Rebuilds an optimizer from `get_config`'s output."""
+        del custom_objects
+        return cls(**config)
+
+    def _repr_args(self) -> str:
+        return f"{self.transform!r}, name={self.name!r}"
+
+    def __repr__(self) -> str:
+        return views.text(self)
+
+    def _repr_html_(self) -> str:
+        return views.html(self)
