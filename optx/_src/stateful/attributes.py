@@ -18,6 +18,7 @@ from optx._src.clipping import ClipState
 from optx._src.ema_params import EmaParamsState
 from optx._src.loss_scale import UnscaleGradientsState
 from optx._src.stateful.custom import CustomStepState
+from optx._src.stateful.keras_args import check_common
 from optx._src.weight_decay import DecayBeforeState
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def set_argument(opt: Optimizer, name: str, value: Any) -> None:
     old = dict(opt._config)
     opt._config[name] = value
     try:
-        opt._check_common(api)
+        check_common(api, opt._config)
         opt._check(api)
     except (TypeError, ValueError):
         opt._config = old

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -212,3 +212,103 @@ def _bound(opt: Any, values: Mapping[str, jax.Array]) -> Iterator[None]:
     finally:
         for n, v in saved.items():
             object.__setattr__(opt, n, v)
+
+
+class SlotDeclarations:
+    """`Optimizer`'s side of `CustomStep`: ``build`` declares, ``update_step`` computes."""
+
+    if TYPE_CHECKING:
+        _declaring: SlotSpecs | None
+        _declaring_leaves: dict[str, Any]
+        _declaring_names: dict[int, str]
+        built: bool
+
+        def get_config(self) -> dict[str, Any]: ...
+
+    def _custom_values(self) -> tuple[tuple[str, float], ...]:
+        """The dynamic hyperparameters of a subclass: the floats of its `get_config`."""
+        from optx._src.stateful.optimizer import COMMON, EXTRA
+
+        base = {"name", "learning_rate", *COMMON, *EXTRA}
+        return tuple(
+            (k, float(v))
+            for k, v in self.get_config().items()
+            if k not in base and isinstance(v, float)
+        )
+
+    def _declare_slots(self, params: Params) -> SlotSpecs:
+        """Runs the subclass's ``build`` to collect the slots it declares."""
+        flat = jax.tree_util.tree_flatten_with_path(params)[0]
+        self._declaring_leaves = {path_name(path): leaf for path, leaf in flat}
+        self._declaring_names = {id(leaf): path_name(path) for path, leaf in flat}
+        self._declaring = SlotSpecs({}, {})
+        try:
+            type(self).build(self, params)
+            return self._declaring
+        finally:
+            self._declaring = None
+
+    def build(self, params: Params) -> None:
+        """Creates the state for ``params``.
+
+        A subclass declares its slots here, after calling ``super().build(params)``, as in
+        Keras.
+        """
+        if self._declaring is not None:
+            return
+        super().build(params)
+
+    def add_variable_from_reference(
+        self, reference_variable: Any, name: str, initializer: Any = "zeros"
+    ) -> jax.ShapeDtypeStruct:
+        """Declares a slot ``name`` for one parameter, of its shape and dtype (in ``build``).
+
+        Args:
+          reference_variable: the parameter (a leaf of the ``params`` given to ``build``)
+            or its path name.
+          name: the slot's name; ``update_step`` finds it in ``slots[name]``.
+          initializer: ``"zeros"``, ``"ones"``, a number, or ``(shape, dtype) -> array``.
+
+        Returns:
+          The slot's shape and dtype (its values reach ``update_step``).
+        """
+        specs = self._declaring
+        if specs is None:
+            # `build`'s own body, after `super().build(params)`: the slots exist already.
+            return jax.ShapeDtypeStruct(
+                np.shape(reference_variable), jnp.result_type(reference_variable)
+            )
+        if isinstance(reference_variable, str):
+            path = reference_variable
+        else:
+            path = self._declaring_names.get(id(reference_variable))
+        if path not in self._declaring_leaves:
+            raise ValueError(
+                f"`add_variable_from_reference` needs a parameter given to `build` (or its "
+                f"path). Received: {reference_variable!r:.80} for slot {name!r}."
+            )
+        leaf = self._declaring_leaves[path]
+        shape, dtype = np.shape(leaf), jnp.result_type(leaf)
+        specs.per_param.setdefault(path, {})[name] = (shape, dtype, initializer)
+        return jax.ShapeDtypeStruct(shape, dtype)
+
+    def add_variable(
+        self,
+        shape: tuple[int, ...] = (),
+        initializer: Any = "zeros",
+        dtype: Any = None,
+        name: str | None = None,
+    ) -> jax.ShapeDtypeStruct:
+        """Declares a variable tied to no parameter (in ``build``), e.g. a product of betas.
+
+        ``update_step`` receives it in ``slots[name]`` for every parameter, in path order,
+        and returns its new value; the next parameter sees that value (Keras's order).
+        """
+        specs = self._declaring
+        if specs is None:
+            return jax.ShapeDtypeStruct(tuple(shape), jnp.float32 if dtype is None else dtype)
+        if not isinstance(name, str):
+            raise TypeError(f"`add_variable` needs a name. Received: name={name!r}.")
+        dtype = jnp.float32 if dtype is None else dtype
+        specs.globals[name] = (tuple(shape), dtype, initializer)
+        return jax.ShapeDtypeStruct(tuple(shape), dtype)

@@ -19,6 +19,20 @@ from optx._src.constraints import Constraint
 from optx._src.schedules.base import Schedule
 from optx._src.tree import is_param, path_name
 
+COMMON = {
+    "weight_decay": None,
+    "clipnorm": None,
+    "clipvalue": None,
+    "global_clipnorm": None,
+    "use_ema": False,
+    "ema_momentum": 0.99,
+    "ema_overwrite_frequency": None,
+    "loss_scale_factor": None,
+    "gradient_accumulation_steps": None,
+}
+# optx's options beyond Keras 3's: OptimizerV2's `decay` and the EMA's start (DESIGN D12).
+EXTRA = {"decay": 0.0, "ema_start": "initial", "constraints": None, "jit_compile": True}
+
 
 @dataclasses.dataclass(frozen=True)
 class KerasLearningRate:
@@ -143,3 +157,60 @@ def deserialize_constraint(value: Any, custom_objects: Mapping[str, Any] | None 
             f"expected a class of optx.constraints or of custom_objects."
         )
     return cls.from_config(dict(value.get("config", {})))
+
+
+def check_learning_rate(api: str, lr: Any) -> Any:
+    """Checks a learning rate: a number >= 0, a schedule or a callable."""
+    if callable(lr):
+        return lr
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real):
+        raise ValueError(
+            f"`{api}` needs learning_rate to be a float, a LearningRateSchedule or a "
+            f"callable. Received: learning_rate={lr!r}."
+        )
+    return number(api, "learning_rate", lr, allow_none=False)
+
+
+def check_common(api: str, c: dict[str, Any]) -> None:
+    """Checks (and normalises, in place) Keras's common arguments in a config."""
+    for name in ("clipnorm", "clipvalue", "global_clipnorm", "decay", "loss_scale_factor"):
+        c[name] = number(api, name, c[name])
+    c["decay"] = c["decay"] or 0.0
+    clips = [n for n in ("clipnorm", "clipvalue", "global_clipnorm") if c[n] is not None]
+    if len(clips) > 1:
+        raise ValueError(
+            f"`{api}` needs at most one of `clipnorm`, `clipvalue` and `global_clipnorm`. "
+            f"Received: {', '.join(f'{n}={c[n]!r}' for n in clips)}."
+        )
+    if c["weight_decay"] is not None:
+        c["weight_decay"] = number(api, "weight_decay", c["weight_decay"])
+    if c["constraints"] is not None:
+        c["constraints"] = constraints_argument(api, c["constraints"])
+    if c["loss_scale_factor"] == 0.0:
+        raise ValueError(
+            f"`{api}` needs loss_scale_factor to be positive. Received: loss_scale_factor=0.0."
+        )
+    k = c["gradient_accumulation_steps"]
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 2):
+        raise ValueError(
+            f"`{api}` needs gradient_accumulation_steps to be an integer >= 2 (or None). "
+            f"Received: gradient_accumulation_steps={k!r}."
+        )
+    if c["use_ema"]:
+        m = c["ema_momentum"]
+        if isinstance(m, bool) or not isinstance(m, numbers.Real) or not 0 <= m <= 1:
+            raise ValueError(
+                f"`{api}` needs ema_momentum in [0, 1] when use_ema=True. "
+                f"Received: ema_momentum={m!r}."
+            )
+        f = c["ema_overwrite_frequency"]
+        if f is not None and (isinstance(f, bool) or not isinstance(f, int) or f < 1):
+            raise ValueError(
+                f"`{api}` needs ema_overwrite_frequency to be an integer >= 1 (or None). "
+                f"Received: ema_overwrite_frequency={f!r}."
+            )
+        if c["ema_start"] not in ("initial", "first_step"):
+            raise ValueError(
+                f"`{api}` needs ema_start to be 'initial' or 'first_step'. "
+                f"Received: ema_start={c['ema_start']!r}."
+            )

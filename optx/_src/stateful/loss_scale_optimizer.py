@@ -10,8 +10,9 @@ import jax.numpy as jnp
 
 from optx._src.base import Params, find_states
 from optx._src.loss_scale import DynamicLossScaleState, dynamic_loss_scale
+from optx._src.stateful.keras_args import COMMON
 from optx._src.stateful.multi import _inner_check
-from optx._src.stateful.optimizer import COMMON, Optimizer
+from optx._src.stateful.optimizer import Optimizer
 from optx._src.stateful.stateful import StatefulBase
 
 

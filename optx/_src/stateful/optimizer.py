@@ -13,13 +13,11 @@ Keras does.
 
 from __future__ import annotations
 
-import numbers
 import re
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -34,37 +32,27 @@ from optx._src.loss_scale import unscale_gradients
 from optx._src.schedules import keras_serialization
 from optx._src.schedules.base import Schedule
 from optx._src.stateful import attributes
-from optx._src.stateful.custom import CustomStep, SlotSpecs, _Ref
+from optx._src.stateful.custom import CustomStep, SlotDeclarations, SlotSpecs, _Ref
 from optx._src.stateful.keras_args import (
+    COMMON,
+    EXTRA,
     DecayMask,
     KerasLearningRate,
-    constraints_argument,
+    check_common,
+    check_learning_rate,
     deserialize_constraint,
-    number,
     serialize_constraint,
     snake,
     takes_no_args,
 )
 from optx._src.stateful.stateful import StatefulBase
-from optx._src.tree import path_name
 from optx._src.weight_decay import decay_before
 
-COMMON = {
-    "weight_decay": None,
-    "clipnorm": None,
-    "clipvalue": None,
-    "global_clipnorm": None,
-    "use_ema": False,
-    "ema_momentum": 0.99,
-    "ema_overwrite_frequency": None,
-    "loss_scale_factor": None,
-    "gradient_accumulation_steps": None,
-}
-# optx's options beyond Keras 3's: OptimizerV2's `decay` and the EMA's start (DESIGN D12).
-EXTRA = {"decay": 0.0, "ema_start": "initial", "constraints": None, "jit_compile": True}
+# Attributes that the stateful base sets on every optimizer.
+_PUBLIC_ATTRIBUTES = frozenset({"name", "jit_compile", "transform"})
 
 
-class Optimizer(StatefulBase):
+class Optimizer(SlotDeclarations, StatefulBase):
     r"""A stateful optimizer with Keras's API, on a chain of optx transforms.
 
     Three ways to get one:
@@ -192,8 +180,8 @@ class Optimizer(StatefulBase):
         self._config = {**self._defaults, **COMMON, **EXTRA}
         self._config.update(kwargs)
         if transform is None:
-            self._config["learning_rate"] = self._check_learning_rate(api, learning_rate)
-        self._check_common(api)
+            self._config["learning_rate"] = check_learning_rate(api, learning_rate)
+        check_common(api, self._config)
         self._check(api)
         self._excluded_patterns: tuple[str, ...] = ()
         self._excluded_objects: list[Any] = []
@@ -205,61 +193,6 @@ class Optimizer(StatefulBase):
         super().__init__(chain_, name, jit_compile=self._config["jit_compile"])
 
     # -- arguments ------------------------------------------------------------------------
-
-    @staticmethod
-    def _check_learning_rate(api: str, lr: Any) -> Any:
-        if callable(lr):
-            return lr
-        if isinstance(lr, bool) or not isinstance(lr, numbers.Real):
-            raise ValueError(
-                f"`{api}` needs learning_rate to be a float, a LearningRateSchedule or a "
-                f"callable. Received: learning_rate={lr!r}."
-            )
-        return number(api, "learning_rate", lr, allow_none=False)
-
-    def _check_common(self, api: str) -> None:
-        c = self._config
-        for name in ("clipnorm", "clipvalue", "global_clipnorm", "decay", "loss_scale_factor"):
-            c[name] = number(api, name, c[name])
-        c["decay"] = c["decay"] or 0.0
-        clips = [n for n in ("clipnorm", "clipvalue", "global_clipnorm") if c[n] is not None]
-        if len(clips) > 1:
-            raise ValueError(
-                f"`{api}` needs at most one of `clipnorm`, `clipvalue` and `global_clipnorm`. "
-                f"Received: {', '.join(f'{n}={c[n]!r}' for n in clips)}."
-            )
-        if c["weight_decay"] is not None:
-            c["weight_decay"] = number(api, "weight_decay", c["weight_decay"])
-        if c["constraints"] is not None:
-            c["constraints"] = constraints_argument(api, c["constraints"])
-        if c["loss_scale_factor"] == 0.0:
-            raise ValueError(
-                f"`{api}` needs loss_scale_factor to be positive. Received: loss_scale_factor=0.0."
-            )
-        k = c["gradient_accumulation_steps"]
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 2):
-            raise ValueError(
-                f"`{api}` needs gradient_accumulation_steps to be an integer >= 2 (or None). "
-                f"Received: gradient_accumulation_steps={k!r}."
-            )
-        if c["use_ema"]:
-            m = c["ema_momentum"]
-            if isinstance(m, bool) or not isinstance(m, numbers.Real) or not 0 <= m <= 1:
-                raise ValueError(
-                    f"`{api}` needs ema_momentum in [0, 1] when use_ema=True. "
-                    f"Received: ema_momentum={m!r}."
-                )
-            f = c["ema_overwrite_frequency"]
-            if f is not None and (isinstance(f, bool) or not isinstance(f, int) or f < 1):
-                raise ValueError(
-                    f"`{api}` needs ema_overwrite_frequency to be an integer >= 1 (or None). "
-                    f"Received: ema_overwrite_frequency={f!r}."
-                )
-            if c["ema_start"] not in ("initial", "first_step"):
-                raise ValueError(
-                    f"`{api}` needs ema_start to be 'initial' or 'first_step'. "
-                    f"Received: ema_start={c['ema_start']!r}."
-                )
 
     def _check(self, api: str) -> None:
         """Checks the subclass's own arguments (overridden where Keras checks them)."""
@@ -283,6 +216,16 @@ class Optimizer(StatefulBase):
             if self._is_custom() and attributes.set_custom(self, name, value):
                 object.__setattr__(self, name, value)
                 return
+            if (
+                not self._is_custom()
+                and d["_wrapped"] is None
+                and name not in _PUBLIC_ATTRIBUTES
+                and not hasattr(type(self), name)
+            ):
+                raise AttributeError(
+                    f"`{type(self).__name__}` has no hyperparameter {name!r}. Received: "
+                    f"{name}={value!r}. Its arguments: {', '.join(sorted(settable))}."
+                )
         super().__setattr__(name, value)
 
     def _select(self, name: str, keys: list[str], found: list[Any]) -> list[str]:
@@ -312,94 +255,6 @@ class Optimizer(StatefulBase):
         raise NotImplementedError(
             f"`{type(self).__name__}` needs an `update_step` (or a transform to wrap)."
         )
-
-    # -- optimizers written the Keras way -------------------------------------------------
-
-    def _custom_values(self) -> tuple[tuple[str, float], ...]:
-        """The dynamic hyperparameters of a subclass: the floats of its `get_config`."""
-        base = {"name", "learning_rate", *COMMON, *EXTRA}
-        return tuple(
-            (k, float(v))
-            for k, v in self.get_config().items()
-            if k not in base and isinstance(v, float)
-        )
-
-    def _declare_slots(self, params: Params) -> SlotSpecs:
-        """Runs the subclass's ``build`` to collect the slots it declares."""
-        flat = jax.tree_util.tree_flatten_with_path(params)[0]
-        self._declaring_leaves = {path_name(path): leaf for path, leaf in flat}
-        self._declaring_names = {id(leaf): path_name(path) for path, leaf in flat}
-        self._declaring = SlotSpecs({}, {})
-        try:
-            type(self).build(self, params)
-            return self._declaring
-        finally:
-            self._declaring = None
-
-    def build(self, params: Params) -> None:
-        """Creates the state for ``params``.
-
-        A subclass declares its slots here, after calling ``super().build(params)``, as in
-        Keras.
-        """
-        if self._declaring is not None:
-            return
-        super().build(params)
-
-    def add_variable_from_reference(
-        self, reference_variable: Any, name: str, initializer: Any = "zeros"
-    ) -> jax.ShapeDtypeStruct:
-        """Declares a slot ``name`` for one parameter, of its shape and dtype (in ``build``).
-
-        Args:
-          reference_variable: the parameter (a leaf of the ``params`` given to ``build``)
-            or its path name.
-          name: the slot's name; ``update_step`` finds it in ``slots[name]``.
-          initializer: ``"zeros"``, ``"ones"``, a number, or ``(shape, dtype) -> array``.
-
-        Returns:
-          The slot's shape and dtype (its values reach ``update_step``).
-        """
-        specs = self._declaring
-        if specs is None:
-            # `build`'s own body, after `super().build(params)`: the slots exist already.
-            return jax.ShapeDtypeStruct(
-                np.shape(reference_variable), jnp.result_type(reference_variable)
-            )
-        if isinstance(reference_variable, str):
-            path = reference_variable
-        else:
-            path = self._declaring_names.get(id(reference_variable))
-        if path not in self._declaring_leaves:
-            raise ValueError(
-                f"`add_variable_from_reference` needs a parameter given to `build` (or its "
-                f"path). Received: {reference_variable!r:.80} for slot {name!r}."
-            )
-        leaf = self._declaring_leaves[path]
-        shape, dtype = np.shape(leaf), jnp.result_type(leaf)
-        specs.per_param.setdefault(path, {})[name] = (shape, dtype, initializer)
-        return jax.ShapeDtypeStruct(shape, dtype)
-
-    def add_variable(
-        self,
-        shape: tuple[int, ...] = (),
-        initializer: Any = "zeros",
-        dtype: Any = None,
-        name: str | None = None,
-    ) -> jax.ShapeDtypeStruct:
-        """Declares a variable tied to no parameter (in ``build``), e.g. a product of betas.
-
-        ``update_step`` receives it in ``slots[name]`` for every parameter, in path order,
-        and returns its new value; the next parameter sees that value (Keras's order).
-        """
-        specs = self._declaring
-        if specs is None:
-            return jax.ShapeDtypeStruct(tuple(shape), jnp.float32 if dtype is None else dtype)
-        if not isinstance(name, str):
-            raise TypeError(f"`add_variable` needs a name. Received: name={name!r}.")
-        dtype = jnp.float32 if dtype is None else dtype
-        specs.globals[name] = (tuple(shape), dtype, initializer)
-        return jax.ShapeDtypeStruct(tuple(shape), dtype)
 
     def _decay(self, core: GradientTransformationLike, lr: Any) -> GradientTransformationLike:
         wd = self._config["weight_decay"]
@@ -485,7 +340,7 @@ class Optimizer(StatefulBase):
         if self._wrapped is not None:
             StatefulBase.learning_rate.fset(self, value)  # type: ignore[attr-defined]
             return
-        value = self._check_learning_rate(api, value)
+        value = check_learning_rate(api, value)
         current = self._config["learning_rate"]
         if callable(value) or callable(current) or self._config["decay"]:
             if not callable(value) and callable(current):

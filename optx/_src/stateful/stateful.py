@@ -14,6 +14,7 @@ import numpy as np
 from optx._src import hyperparams as hp
 from optx._src.base import GradientTransformationLike, Params
 from optx._src.stateful import views
+from optx._src.stateful.gradients import GradientsMixin
 from optx._src.stateful.layout import Layout, check_keys
 from optx._src.stateful.step import (
     ITERATIONS,
@@ -30,7 +31,7 @@ from optx._src.stateful.weights import WeightsMixin
 from optx._src.tree import is_param, path_name
 
 
-class StatefulBase(WeightsMixin, metaclass=abc.ABCMeta):
+class StatefulBase(GradientsMixin, WeightsMixin, metaclass=abc.ABCMeta):
     """Keeps the state of any transform and applies it: Keras's optimizer API, on optx.
 
     The state is the transform's own, viewed as a flat dict (`variables`) keyed by
@@ -259,58 +260,6 @@ class StatefulBase(WeightsMixin, metaclass=abc.ABCMeta):
         for n, (_, var) in zip(names, pairs, strict=True):
             _assign(var, new[n])
         return self.iterations
-
-    def _value_and_grad(
-        self, loss_fn: Callable[..., Any], params: Params, args: tuple[Any, ...], has_aux: bool
-    ) -> tuple[Any, jax.Array, Any]:
-        """``(gradients of the scaled loss, loss, aux)``, jit-compiled once per ``loss_fn``."""
-        grad_fn = self._grad_fns.get((loss_fn, has_aux))
-        if grad_fn is None:
-
-            def scaled(p: Params, s: jax.Array, *a: Any) -> tuple[jax.Array, Any]:
-                out = loss_fn(p, *a)
-                loss, aux = out if has_aux else (out, None)
-                return loss * s, (loss, aux)
-
-            grad_fn = jax.value_and_grad(scaled, has_aux=True)
-            if self.jit_compile:
-                grad_fn = jax.jit(grad_fn)
-            self._grad_fns[(loss_fn, has_aux)] = grad_fn
-        (_, (loss, aux)), grads = grad_fn(params, self.loss_scale(), *args)
-        return grads, loss, aux
-
-    def minimize(
-        self, loss_fn: Callable[..., Any], params: Params, *args: Any, has_aux: bool = False
-    ) -> tuple[Any, ...]:
-        """One step on ``loss_fn(params, *args)``; returns the new parameters and the loss.
-
-        With ``has_aux=True``, ``loss_fn`` returns ``(loss, aux)`` and this returns
-        ``(new_params, loss, aux)``. The gradient is `jax.value_and_grad`'s, of the loss
-        scaled by `scale_loss` (divided back in the step).
-        """
-        grads, loss, aux = self._value_and_grad(loss_fn, params, args, has_aux)
-        new_params = self.apply(grads, params)
-        return (new_params, loss, aux) if has_aux else (new_params, loss)
-
-    def compute_gradients(
-        self, loss_fn: Callable[..., Any], params: Params, *args: Any, has_aux: bool = False
-    ) -> tuple[Any, ...]:
-        """The gradients of ``loss_fn(params, *args)``, clipped as the optimizer clips them.
-
-        As OptimizerV2's: the loss is scaled by `scale_loss` for differentiation and the
-        gradients divided back, then ``clipnorm`` / ``clipvalue`` / ``global_clipnorm``
-        apply. Applying them clips again, which changes nothing.
-
-        Returns:
-          ``(grads, loss)``, or ``(grads, loss, aux)`` with ``has_aux=True``.
-        """
-        grads, loss, aux = self._value_and_grad(loss_fn, params, args, has_aux)
-        scale = self.loss_scale()
-        grads = jax.tree.map(lambda g: (g / scale).astype(g.dtype), grads)
-        clip = self._clip_transform()
-        if clip is not None:
-            grads, _ = clip.update(grads, clip.init(params), params)
-        return (grads, loss, aux) if has_aux else (grads, loss)
 
     def _clip_transform(self) -> Any:
         """The clipping of the gradients, or ``None`` (the Keras classes override it)."""
