@@ -132,6 +132,8 @@ from optx._src.base import apply_updates as apply_updates
 from optx._src.base import identity as identity
 from optx._src.base import set_to_zero as set_to_zero
 from optx._src.base import stateless as stateless
+from optx._src.checkpoint import restore_state as restore_state
+from optx._src.checkpoint import save_state as save_state
 from optx._src.clipping import ClipState as ClipState
 from optx._src.clipping import centralize as centralize
 from optx._src.clipping import clip as clip
@@ -147,6 +149,7 @@ from optx._src.combine import multi_transform as multi_transform
 from optx._src.combine import named_chain as named_chain
 from optx._src.combine import partition as partition
 from optx._src.constraints import constrain as constrain
+from optx._src.distributed import aggregate_gradients as aggregate_gradients
 from optx._src.ema_params import EmaParamsState as EmaParamsState
 from optx._src.ema_params import ema_params as ema_params
 from optx._src.ema_params import ema_params_value as ema_params_value
@@ -174,6 +177,8 @@ from optx._src.scaling import ScaleState as ScaleState
 from optx._src.scaling import scale as scale
 from optx._src.scaling import scale_by_learning_rate as scale_by_learning_rate
 from optx._src.scaling import scale_by_schedule as scale_by_schedule
+from optx._src.sharding import shard_state as shard_state
+from optx._src.sharding import state_shardings as state_shardings
 from optx._src.weight_decay import AddDecayedWeightsState as AddDecayedWeightsState
 from optx._src.weight_decay import DecayBeforeState as DecayBeforeState
 from optx._src.weight_decay import add_decayed_weights as add_decayed_weights

@@ -117,13 +117,25 @@ NOT_FACTORIES = frozenset(
     {
         "apply_updates",
         "ema_params_value",
+        "restore_state",
+        "save_state",
         "get_hyperparams",
         "loss_scale",
         "scale_loss",
         "schedule_free_eval_params",
         "set_hyperparams",
+        "shard_state",
+        "state_shardings",
     }
 )
+
+
+# Transform factories the suite cannot run: their `update` needs a named axis bound by
+# `pmap` / `shard_map` / `vmap(axis_name=...)`, and the suite calls `update` outside any.
+# tests/test_distributed.py checks them instead (jit, dtypes, chains, state, errors). The
+# completeness test skips them as it skips NOT_FACTORIES.
+NEEDS_MAPPED_AXIS = frozenset({"aggregate_gradients"})
+NOT_FACTORIES = NOT_FACTORIES | NEEDS_MAPPED_AXIS
 
 
 # Module-level callables (see the module docstring).

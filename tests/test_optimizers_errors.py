@@ -290,8 +290,8 @@ def test_apply_with_gradients_of_another_shape(shape):
     opt = OX.SGD(0.1)
     raises(
         ValueError,
-        "`apply` needs gradients with the shapes of the parameters. Received: 'w' of shape "
-        "(1, 2); expected shape (2,).",
+        "`apply_gradients` needs gradients with the shapes of the parameters. Received: 'w' "
+        "of shape (1, 2); expected shape (2,).",
         opt.apply_gradients,
         [(jnp.ones((1, 2)), var)],
     )

@@ -78,7 +78,8 @@ def set_argument(opt: Optimizer, name: str, value: Any) -> None:
     """``opt.name = value`` for an argument of the constructor (see the module docstring)."""
     api = f"{type(opt).__name__}.{name}"
     owner_built = opt._owner is not None and opt._owner[0].built
-    if name in opt._init_only and (opt.built or owner_built):
+    # The EMA starts at the weights `build` sees (which a rebuild does not have).
+    if name in {*opt._init_only, "use_ema", "ema_start"} and (opt.built or owner_built):
         raise ValueError(
             f"`{api}` is read when the optimizer is built; it cannot change afterwards. "
             f"Received: {name}={value!r}. Build a new optimizer with {name}={value!r}."
@@ -88,6 +89,9 @@ def set_argument(opt: Optimizer, name: str, value: Any) -> None:
     try:
         check_common(api, opt._config)
         opt._check(api)
+        # Building the chain checks every value as the constructor does.
+        with hp.caller(type(opt).__name__):
+            opt._build_transform()
     except (TypeError, ValueError):
         opt._config = old
         raise

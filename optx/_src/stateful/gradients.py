@@ -61,8 +61,10 @@ class GradientsMixin:
         """The gradients of ``loss_fn(params, *args)``, clipped as the optimizer clips them.
 
         As OptimizerV2's: the loss is scaled by `scale_loss` for differentiation and the
-        gradients divided back, then ``clipnorm`` / ``clipvalue`` / ``global_clipnorm``
-        apply. Applying them clips again, which changes nothing.
+        gradients divided back (these are the true gradients), then ``clipnorm`` /
+        ``clipvalue`` / ``global_clipnorm`` apply. `apply` clips again, which changes
+        nothing; with ``loss_scale_factor`` it also divides by the factor, so pass it
+        ``grads`` times `loss_scale` (or use `minimize`).
 
         Returns:
           ``(grads, loss)``, or ``(grads, loss, aux)`` with ``has_aux=True``.

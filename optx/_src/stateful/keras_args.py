@@ -30,8 +30,15 @@ COMMON = {
     "loss_scale_factor": None,
     "gradient_accumulation_steps": None,
 }
-# optx's options beyond Keras 3's: OptimizerV2's `decay` and the EMA's start (DESIGN D12).
-EXTRA = {"decay": 0.0, "ema_start": "initial", "constraints": None, "jit_compile": True}
+# optx's options beyond Keras 3's: OptimizerV2's `decay`, the EMA's start (DESIGN D12), and
+# the named axis to average gradients over (`aggregate_gradients`, first in the chain).
+EXTRA = {
+    "decay": 0.0,
+    "ema_start": "initial",
+    "constraints": None,
+    "jit_compile": True,
+    "axis_name": None,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +132,13 @@ def constraints_argument(api: str, value: Any) -> dict[str, Any]:
                 f"`{api}` needs the keys of constraints to be regular expressions. "
                 f"Received: {pattern!r}."
             )
-        re.compile(pattern)
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise ValueError(
+                f"`{api}` needs the keys of constraints to be regular expressions. "
+                f"Received: {pattern!r} ({error})."
+            ) from None
         if not callable(fn):
             raise TypeError(
                 f"`{api}` needs each constraint to be callable (optx.constraints.NonNeg(), "
@@ -184,6 +197,14 @@ def check_common(api: str, c: dict[str, Any]) -> None:
         )
     if c["weight_decay"] is not None:
         c["weight_decay"] = number(api, "weight_decay", c["weight_decay"])
+    a = c["axis_name"]
+    if a is not None and not (
+        isinstance(a, str) or (isinstance(a, tuple) and a and all(isinstance(n, str) for n in a))
+    ):
+        raise TypeError(
+            f"`{api}` needs axis_name to be a string, a non-empty tuple of strings or None. "
+            f"Received: axis_name={a!r}."
+        )
     if c["constraints"] is not None:
         c["constraints"] = constraints_argument(api, c["constraints"])
     if c["loss_scale_factor"] == 0.0:

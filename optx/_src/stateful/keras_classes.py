@@ -39,7 +39,6 @@ class SGD(Optimizer):
     _defaults: ClassVar[dict[str, Any]] = {"momentum": 0.0, "nesterov": False}
     _default_learning_rate = 0.01
     _slot_aliases: ClassVar[dict[str, str]] = {"trace": "momentum"}
-    _hyper_map: ClassVar[dict[str, tuple[str, type | None]]] = {"momentum": ("momentum", None)}
 
     _hyper_map: ClassVar[dict[str, tuple[str, type | None]]] = {
         "momentum": ("momentum", TraceState)

@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from optx._src import hyperparams as hp
 from optx._src.tree import is_param, params_shaped_subtrees, path_name
@@ -174,3 +175,38 @@ def check_keys(api: str, expected: list[str] | tuple[str, ...], values: Mapping[
 def _listing(keys: list[str]) -> str:
     shown = ", ".join(repr(k) for k in keys[:8])
     return shown + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
+
+
+def carry_over(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The new variables, each taken from the old ones where it is the same variable.
+
+    Same key: the same variable. A key the old state lacks (a wrapper added or removed
+    moved it in the chain: ``adam/0/count`` becomes ``adam/step/1/0/count``) takes the old
+    variable whose key ends with the longest common run of path parts, if exactly one does
+    and its shape and dtype agree; otherwise its fresh initial value.
+    """
+    out = {k: old.get(k, v) for k, v in new.items()}
+    spare = [k for k in old if k not in new]
+    for key, value in new.items():
+        if key in old:
+            continue
+        scored = [
+            (_common_suffix(key, k), k)
+            for k in spare
+            if np.shape(old[k]) == np.shape(value) and old[k].dtype == value.dtype
+        ]
+        best = max((s for s, _ in scored), default=0)
+        winners = [k for s, k in scored if s == best]
+        if best >= 2 and len(winners) == 1:
+            out[key] = old[winners[0]]
+    return out
+
+
+def _common_suffix(a: str, b: str) -> int:
+    """How many ``/``-separated parts ``a`` and ``b`` share at their ends."""
+    n = 0
+    for x, y in zip(reversed(a.split("/")), reversed(b.split("/")), strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -8,7 +8,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from optx._src.base import Params, find_states
+from optx._src.base import Params, find_states, identity
+from optx._src.combine import named_chain
+from optx._src.distributed import aggregate_gradients
 from optx._src.loss_scale import DynamicLossScaleState, dynamic_loss_scale
 from optx._src.stateful.keras_args import COMMON
 from optx._src.stateful.multi import _inner_check
@@ -90,8 +92,7 @@ class LossScaleOptimizer(StatefulBase):
         self._initial_loss_scale = self.initial_scale
         self._tied = inner_optimizer._tied
         self._slot_aliases = inner_optimizer._slot_aliases
-        tx = dynamic_loss_scale(inner_optimizer.transform, initial_scale, dynamic_growth_steps)
-        super().__init__(tx, name, jit_compile=jit_compile)
+        super().__init__(self._loss_scaled(), name, jit_compile=jit_compile)
         inner_optimizer._owner = (self, "")
 
     def _prepare(self, params: Params, names_by_id: Mapping[int, str]) -> None:
@@ -123,11 +124,25 @@ class LossScaleOptimizer(StatefulBase):
     lr = learning_rate
 
     def _prepare_transform(self) -> None:
-        self._replace_transform(
-            dynamic_loss_scale(
-                self.inner_optimizer.transform, self.initial_scale, self.dynamic_growth_steps
+        self._replace_transform(self._loss_scaled())
+
+    def _loss_scaled(self, skip_aggregation: bool = False) -> Any:
+        inner = self.inner_optimizer
+        axis = inner._config["axis_name"] if "_config" in inner.__dict__ else None
+        if axis is None:
+            return dynamic_loss_scale(
+                inner.transform, self.initial_scale, self.dynamic_growth_steps
             )
+        # Aggregate before the finiteness check, so that every replica skips the same steps
+        # (a collective inside a branch some replicas do not take would not be one).
+        tx = dynamic_loss_scale(
+            inner._step_transform(True), self.initial_scale, self.dynamic_growth_steps
         )
+        first = identity() if skip_aggregation else aggregate_gradients(axis)
+        return named_chain(("aggregate", first), ("loss_scale", tx))
+
+    def _step_transform(self, skip_aggregation: bool) -> Any:
+        return self._loss_scaled(True) if skip_aggregation else self.transform
 
     def _inner_changed(self) -> None:
         self._prepare_transform()

@@ -182,7 +182,13 @@ class MultiOptimizer(StatefulBase):
                     raise TypeError(
                         f"`{api}` needs string patterns as keys. Received: key {key!r}."
                     )
-                re.compile(key)
+                try:
+                    re.compile(key)
+                except re.error as error:
+                    raise ValueError(
+                        f"`{api}` needs keys that are regular expressions. Received: "
+                        f"key={key!r} ({error})."
+                    ) from None
                 _inner_check(api, f"optimizer_map[{key!r}]", opt)
             if default_optimizer is not None:
                 _inner_check(api, "default_optimizer", default_optimizer)
@@ -250,12 +256,17 @@ class MultiOptimizer(StatefulBase):
         self._label_tree = jax.tree.unflatten(treedef, [labels[id(o)] for o in chosen])
         self._set_transform(self._partition())
 
-    def _partition(self) -> Any:
-        transforms = {label: opt.transform for label, opt in self._labels.items()}
+    def _partition(self, skip_aggregation: bool = False) -> Any:
+        transforms = {
+            label: opt._step_transform(skip_aggregation) for label, opt in self._labels.items()
+        }
         tx = partition(transforms, self._label_tree)
         if self.loss_scale_factor is not None:
             tx = chain(unscale_gradients(self.loss_scale_factor), tx)
         return tx
+
+    def _step_transform(self, skip_aggregation: bool) -> Any:
+        return self._partition(True) if skip_aggregation else self.transform
 
     def _inner_changed(self) -> None:
         if self._label_tree is not None:

@@ -3,8 +3,9 @@ r"""`Optimizer`: Keras's optimizer API and common arguments, translated into a c
 Every Keras optimizer takes the same eleven options. Here they become transforms around the
 optimizer's own step, in Keras's order (reference: Keras 3's ``BaseOptimizer.apply``):
 
-``unscale_gradients`` (``loss_scale_factor``) → `accumulate_gradients` over { clipping →
-`decay_before` (``weight_decay`` times the learning rate) → the step } → `ema_params`.
+`aggregate_gradients` (``axis_name``) → ``unscale_gradients`` (``loss_scale_factor``) →
+`accumulate_gradients` over { clipping → `decay_before` (``weight_decay`` times the
+learning rate) → the step } → `ema_params`.
 
 With accumulation, a learning-rate schedule is evaluated at the micro-step count
 (:math:`k\,j + k - 1` at the :math:`j`-th update), and the EMA is updated on every call, as
@@ -23,10 +24,11 @@ import numpy as np
 
 from optx._src import hyperparams as hp
 from optx._src.accumulate import accumulate_gradients
-from optx._src.base import GradientTransformationLike, Params
+from optx._src.base import GradientTransformationLike, Params, identity
 from optx._src.clipping import clip, clip_by_global_norm, clip_by_norm
 from optx._src.combine import chain, named_chain
 from optx._src.constraints import constrain
+from optx._src.distributed import aggregate_gradients
 from optx._src.ema_params import ema_params
 from optx._src.loss_scale import unscale_gradients
 from optx._src.schedules import keras_serialization
@@ -73,9 +75,11 @@ class Optimizer(SlotDeclarations, StatefulBase):
     ``ema_overwrite_frequency``, ``ema_start`` (``"initial"``: the average starts at the
     built weights, as tf.keras documents; ``"first_step"``: Keras 3's copy after the first
     step), ``loss_scale_factor``, ``gradient_accumulation_steps``, ``constraints``
-    (``{regex on the parameter path: constraint}``, applied after the step), ``name`` and
-    ``jit_compile``; the Keras classes and subclasses also OptimizerV2's ``lr`` (deprecated
-    alias) and ``decay`` (inverse-time decay of the learning rate).
+    (``{regex on the parameter path: constraint}``, applied after the step), ``axis_name``
+    (average the gradients over that `pmap` / `shard_map` axis first, with
+    `optx.aggregate_gradients`), ``name`` and ``jit_compile``; the Keras classes and
+    subclasses also OptimizerV2's ``lr`` (deprecated alias) and ``decay`` (inverse-time
+    decay of the learning rate).
 
     Example:
       >>> import jax.numpy as jnp, optx
@@ -263,7 +267,7 @@ class Optimizer(SlotDeclarations, StatefulBase):
         mask = DecayMask(self._excluded_patterns) if self._excluded_patterns else None
         return decay_before(core, wd, lr, mask)
 
-    def _build_transform(self) -> GradientTransformationLike:
+    def _build_transform(self, aggregate: bool = True) -> GradientTransformationLike:
         c = self._config
         lr = self._learning_rate_spec()
         with hp.caller(type(self).__name__):
@@ -277,6 +281,11 @@ class Optimizer(SlotDeclarations, StatefulBase):
             parts = [("step", inner)]
             if c["loss_scale_factor"] is not None:
                 parts.insert(0, ("loss_scale", unscale_gradients(c["loss_scale_factor"])))
+            if c["axis_name"] is not None:
+                # First, as Keras/TF aggregate before unscaling. Skipped, it is an identity:
+                # the state, and so `variables`, stay the same.
+                first = aggregate_gradients(c["axis_name"]) if aggregate else identity()
+                parts.insert(0, ("aggregate", first))
             if c["use_ema"]:
                 parts.append(
                     (
@@ -293,6 +302,11 @@ class Optimizer(SlotDeclarations, StatefulBase):
                 # After the EMA, as Keras applies `variable.constraint` last.
                 parts.append(("constraints", constrain(c["constraints"])))
             return parts[0][1] if len(parts) == 1 else named_chain(*parts)
+
+    def _step_transform(self, skip_aggregation: bool) -> GradientTransformationLike:
+        if skip_aggregation and self._config["axis_name"] is not None:
+            return self._build_transform(aggregate=False)
+        return self.transform
 
     def _clip_transform(self) -> Any:
         c = self._config

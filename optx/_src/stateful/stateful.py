@@ -13,9 +13,11 @@ import numpy as np
 
 from optx._src import hyperparams as hp
 from optx._src.base import GradientTransformationLike, Params
+from optx._src.sharding import sharded_init
 from optx._src.stateful import views
+from optx._src.stateful.checkpoint import CheckpointMixin
 from optx._src.stateful.gradients import GradientsMixin
-from optx._src.stateful.layout import Layout, check_keys
+from optx._src.stateful.layout import Layout, carry_over, check_keys
 from optx._src.stateful.step import (
     ITERATIONS,
     JITTED,
@@ -31,29 +33,20 @@ from optx._src.stateful.weights import WeightsMixin
 from optx._src.tree import is_param, path_name
 
 
-class StatefulBase(GradientsMixin, WeightsMixin, metaclass=abc.ABCMeta):
-    """Keeps the state of any transform and applies it: Keras's optimizer API, on optx.
+class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.ABCMeta):
+    """The state, its flat view and the compiled step shared by every stateful optimizer.
 
     The state is the transform's own, viewed as a flat dict (`variables`) keyed by
     ``"<name>/<slot>/<param path>"`` plus ``"iterations"`` and the hyperparameters. A step is
     ``transform.update`` and `optx.apply_updates` under one `jax.jit`, compiled once per
-    parameter structure; the optimizer's state buffers are donated to it.
+    chain and parameter structure; the optimizer's state buffers are donated to it. The
+    public classes are `optx.optimizers.Optimizer` (and its subclasses), `MultiOptimizer`
+    and `LossScaleOptimizer`.
 
     Args:
       transform: any transform with optax's ``init``/``update`` protocol (optx's, optax's).
       name: the prefix of the variables' keys; ``None`` uses ``"optimizer"``.
       jit_compile: compile the step with `jax.jit`; ``False`` runs it eagerly (debugging).
-
-    Example:
-      >>> import jax.numpy as jnp, optx
-      >>> opt = optx.optimizers.Optimizer(optx.adam(0.1), name="adam")
-      >>> params = {"w": jnp.array([1.0, -1.0])}
-      >>> params = opt.apply({"w": jnp.array([0.5, -0.5])}, params)
-      >>> params["w"], int(opt.iterations)
-      (Array([ 0.9, -0.9], dtype=float32), 1)
-      >>> list(opt.variables)
-      ['iterations', 'one_minus_b1', 'one_minus_b2', 'eps', 'eps_root', 'learning_rate', \
-'adam/0/count', 'adam/mu/w', 'adam/nu/w', 'adam/1/count']
     """
 
     _tied: ClassVar[tuple[str, ...]] = ()
@@ -64,6 +57,8 @@ class StatefulBase(GradientsMixin, WeightsMixin, metaclass=abc.ABCMeta):
     # MultiOptimizer and LossScaleOptimizer, which nest no further.
     _wraps_optimizers: ClassVar[bool] = False
     _owner: tuple[StatefulBase, str] | None = None
+    # (param shardings, state shardings, replicated) of parameters on several devices.
+    _placement: Any = None
 
     def __init__(
         self,
@@ -110,9 +105,11 @@ class StatefulBase(GradientsMixin, WeightsMixin, metaclass=abc.ABCMeta):
         self._set_transform(transform)
         leaves = [jnp.zeros(shape, dtype) for _, shape, dtype in self._spec]
         params = jax.tree.unflatten(self._treedef, leaves)
-        self._state = transform.init(params)
+        if self._placement is not None:
+            params = jax.device_put(params, self._placement[0])
+        self._state, _, self._placement = sharded_init(transform, params)
         self._record(params)
-        self._load({k: old.get(k, v) for k, v in self.variables.items()}, "rebuild")
+        self._load(carry_over(old, self.variables), "rebuild")
 
     def _inner_changed(self) -> None:
         """Called by an inner optimizer whose chain changed (see `MultiOptimizer`)."""
@@ -142,8 +139,8 @@ class StatefulBase(GradientsMixin, WeightsMixin, metaclass=abc.ABCMeta):
         check_dtypes("build", params)
         self._prepare(params, names)
         self._names_by_id = {}
-        self._state = self.transform.init(params)
-        self._count = jnp.zeros((), jnp.int32)
+        # Sharded parameters: each slot on its parameter's sharding (DESIGN D8).
+        self._state, self._count, self._placement = sharded_init(self.transform, params)
         self._record(params)
 
     def _prepare(self, params: Params, names_by_id: Mapping[int, str]) -> None:
@@ -184,11 +181,12 @@ class StatefulBase(GradientsMixin, WeightsMixin, metaclass=abc.ABCMeta):
 
     # -- stepping -------------------------------------------------------------------------
 
-    def _function(self, kind: str) -> Callable[..., Any]:
+    def _function(self, kind: str, skip_aggregation: bool = False) -> Callable[..., Any]:
         """The step (``"step"``: on the state; ``"stateless"``: on the variables' dict)."""
-        fn = self._compiled.get(kind)
+        key = f"{kind}/skip_aggregation" if skip_aggregation else kind
+        fn = self._compiled.get(key)
         if fn is None:
-            statics: tuple[Any, ...] = (self.transform,)
+            statics: tuple[Any, ...] = (self._step_transform(skip_aggregation),)
             if kind == "stateless":
                 statics += (self._require_built("stateless_apply"),)
             try:
@@ -198,16 +196,31 @@ class StatefulBase(GradientsMixin, WeightsMixin, metaclass=abc.ABCMeta):
                 hashable = False
             if not self.jit_compile:
                 fn = functools.partial(STEPS[kind], *statics)
+            elif self._placement is not None:
+                fn = self._sharded_step(kind, statics)
             elif hashable:
                 # Shared by every optimizer with an equal chain: a rebuilt optimizer (a
                 # re-run notebook cell) hits the compile cache.
                 fn = functools.partial(JITTED[kind], *statics)
             else:
-                n = len(statics)
-                donate = (n, n + 1) if kind == "step" else (n, n + 2)
+                # Argument numbers of the partial: the statics are bound already.
+                donate = (0, 1) if kind == "step" else (0, 2)
                 fn = jax.jit(functools.partial(STEPS[kind], *statics), donate_argnums=donate)
-            self._compiled[kind] = fn
+            self._compiled[key] = fn
         return fn
+
+    def _sharded_step(self, kind: str, statics: tuple[Any, ...]) -> Callable[..., Any]:
+        """The step pinned to the shardings `build` found: outputs keep them step after step."""
+        params_sh, state_sh, replicated = self._placement
+        if kind == "step":  # (state, count, grads, params); donates state and count
+            donate, out = (0, 1), (params_sh, state_sh, replicated)
+        else:  # (variables, grads, params); donates variables and params
+            layout = self._require_built("stateless_apply")
+            variables = {ITERATIONS: replicated, **layout.to_dict(state_sh)}
+            donate, out = (0, 2), (params_sh, variables)
+        return jax.jit(
+            functools.partial(STEPS[kind], *statics), donate_argnums=donate, out_shardings=out
+        )
 
     def apply(self, grads: Any, params: Params) -> Params:
         """Applies one step of ``grads`` to ``params`` and returns the new parameters.
@@ -229,9 +242,10 @@ class StatefulBase(GradientsMixin, WeightsMixin, metaclass=abc.ABCMeta):
         self.build(params)
         if not self.built:  # a subclass's `build` that does not call `super().build`
             StatefulBase.build(self, params)
-        check_params("apply", params, self._treedef, self._spec)
-        check_grads("apply", grads, params)
-        missing_gradients("apply", grads, params)
+        api = self.__dict__.get("_calling") or "apply"
+        check_params(api, params, self._treedef, self._spec)
+        check_grads(api, grads, params)
+        missing_gradients(api, grads, params)
         new_params, self._state, self._count = self._function("step")(
             self._state, self._count, grads, params
         )
@@ -256,7 +270,11 @@ class StatefulBase(GradientsMixin, WeightsMixin, metaclass=abc.ABCMeta):
             self._names_by_id = {id(v): n for n, (_, v) in zip(names, pairs, strict=True)}
         params = {n: _value(v) for n, (_, v) in zip(names, pairs, strict=True)}
         grads = {n: g for n, (g, _) in zip(names, pairs, strict=True)}
-        new = self.apply(grads, params)
+        self._calling = "apply_gradients"
+        try:
+            new = self.apply(grads, params)
+        finally:
+            self._calling = None
         for n, (_, var) in zip(names, pairs, strict=True):
             _assign(var, new[n])
         return self.iterations
@@ -265,13 +283,26 @@ class StatefulBase(GradientsMixin, WeightsMixin, metaclass=abc.ABCMeta):
         """The clipping of the gradients, or ``None`` (the Keras classes override it)."""
         return None
 
+    def _step_transform(self, skip_aggregation: bool) -> GradientTransformationLike:
+        """The chain a step runs: without its `aggregate_gradients` if skipped (same state)."""
+        del skip_aggregation
+        return self.transform
+
     def stateless_apply(
-        self, optimizer_variables: Mapping[str, Any], grads: Any, params: Params
+        self,
+        optimizer_variables: Mapping[str, Any],
+        grads: Any,
+        params: Params,
+        skip_gradients_aggregation: bool = False,
     ) -> tuple[Params, dict[str, Any]]:
         """The pure step: ``(variables, grads, params) -> (new params, new variables)``.
 
         ``optimizer_variables`` is a dict like `variables`. Both it and ``params`` are
         donated to the compiled step: do not use them afterwards.
+
+        With ``axis_name=`` set, the step averages ``grads`` over that axis first, so it
+        runs inside `jax.pmap` / `jax.shard_map`; ``skip_gradients_aggregation=True`` skips
+        that (the gradients are already reduced). Each variant is compiled once.
 
         Raises:
           ValueError: the optimizer is not built, the variables' keys differ from
@@ -294,7 +325,8 @@ class StatefulBase(GradientsMixin, WeightsMixin, metaclass=abc.ABCMeta):
             k: jnp.array(v, copy=True) if id(v) in own else v
             for k, v in optimizer_variables.items()
         }
-        new_params, new_variables = self._function("stateless")(variables, grads, params)
+        step = self._function("stateless", bool(skip_gradients_aggregation))
+        new_params, new_variables = step(variables, grads, params)
         # jit returns dicts with sorted keys; hand them back in `variables` order.
         return new_params, {k: new_variables[k] for k in (ITERATIONS, *layout.order)}
 

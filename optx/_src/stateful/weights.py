@@ -81,7 +81,9 @@ class WeightsMixin:
                     f"`{api}` needs {key!r} of shape {old.shape} and dtype {old.dtype}. "
                     f"Received: shape {value.shape} and dtype {value.dtype}."
                 )
-            new[key] = jnp.asarray(value)
+            # Sharded parameters: back onto the shardings the state had (DESIGN D8).
+            placed = getattr(self, "_placement", None) is not None
+            new[key] = jax.device_put(value, old.sharding) if placed else jnp.asarray(value)
         layout = self._require_built(api)
         self._count = new.pop(ITERATIONS)
         self._state = layout.from_dict(api, new)

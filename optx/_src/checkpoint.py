@@ -1,0 +1,258 @@
+"""Checkpoints of optimizer state with orbax-checkpoint: `save_state` and `restore_state`.
+
+Thin wrappers over ``orbax.checkpoint.StandardCheckpointer`` that add what an optimizer
+needs: restoring onto the target's shardings (each process reads only its own shards, so a
+state saved on one mesh restores onto another), and a check, before any array is read, that
+the saved tree is the target's (leaf paths, shapes, dtypes), so a checkpoint of another
+optimizer fails with the first leaf that differs rather than deep inside orbax.
+
+Atomicity is orbax's: a save writes to ``<directory>.orbax-checkpoint-tmp-*``, writes
+``commit_success.txt`` when every array is on disk, and only then renames the folder to
+``<directory>``. `restore_state` refuses a folder without both, so a save cut short (a
+crash, a preempted job) is never read as a complete checkpoint.
+
+orbax-checkpoint is an optional dependency (``pip install orbax-checkpoint``), imported on
+the first call.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import SingleDeviceSharding
+
+from optx._src.base import OptState
+from optx._src.tree import path_name
+
+PyTree = Any
+_COMMIT_FILE = "commit_success.txt"
+_TMP_SUFFIX = ".orbax-checkpoint-tmp"
+
+
+def save_state(directory: str | os.PathLike[str], state: OptState, *, force: bool = False) -> None:
+    """Saves an optimizer state (any pytree of arrays) to ``directory`` with orbax.
+
+    NamedTuple states, dicts, `MaskedNode` placeholders, int32 step counts and float32
+    hyperparameters are saved as they are; a sharded state is written shard by shard by
+    the processes that hold it (no gather to one host). The call returns when the
+    checkpoint is complete on disk. Any pytree works, so ``{"params": params, "opt_state":
+    state}`` saves a whole training state at once.
+
+    Args:
+      directory: the checkpoint's folder; it must not exist yet (orbax creates it
+        atomically, see the module docstring).
+      state: the pytree to save, e.g. ``tx.init(params)`` after some steps.
+      force: overwrite an existing ``directory``.
+
+    Raises:
+      ValueError: ``directory`` exists and ``force`` is ``False``.
+
+    Example:
+      >>> import tempfile, jax.numpy as jnp, optx
+      >>> params = {"w": jnp.ones(3)}
+      >>> tx = optx.adam(1e-3)
+      >>> state = tx.init(params)
+      >>> path = tempfile.mkdtemp() + "/step_0"
+      >>> optx.save_state(path, state)
+      >>> restored = optx.restore_state(path, tx.init(params))
+      >>> restored[0].mu["w"]
+      Array([0., 0., 0.], dtype=float32)
+    """
+    ocp = _orbax("save_state")
+    path = _path(directory)
+    if path.exists() and not force:
+        raise ValueError(
+            f"`save_state` needs a directory that does not exist yet (or force=True to "
+            f"overwrite it). Received: directory={str(path)!r}, which exists."
+        )
+    _save(ocp, path, state, None, force)
+
+
+def restore_state(directory: str | os.PathLike[str], target: OptState) -> OptState:
+    """Restores a state saved by `save_state` into the structure and shardings of ``target``.
+
+    ``target`` is a state of the same optimizer on the same parameters: a real one
+    (``tx.init(params)``) or an abstract one (``jax.eval_shape(tx.init, params)``), whose
+    leaves may carry shardings (`jax.ShapeDtypeStruct` with ``sharding=``, e.g. from
+    `optx.state_shardings`). Each leaf is read onto the target's sharding, each process
+    reading only its own shards, so a state saved on 8 devices restores onto a 2x4 mesh,
+    4 devices or 1. A leaf without a sharding is restored onto the first local device.
+
+    The saved tree is compared with ``target`` before anything is read: the same leaf
+    paths (NamedTuple fields, dict keys, tuple positions; empty nodes such as `MaskedNode`
+    hold none), shapes and dtypes.
+
+    Args:
+      directory: a folder written by `save_state`.
+      target: a state, or the abstract state, to restore into.
+
+    Returns:
+      The state, with ``target``'s structure (its NamedTuple types) and shardings.
+
+    Raises:
+      FileNotFoundError: ``directory`` does not exist.
+      ValueError: ``directory`` is not a finalized orbax checkpoint (a save that did not
+        finish), or its tree differs from ``target``'s: the message names the first leaf
+        path that differs (missing, extra, or its shapes and dtypes on both sides).
+
+    Example:
+      >>> import tempfile, jax, jax.numpy as jnp, optx
+      >>> params = {"w": jnp.ones(3)}
+      >>> tx = optx.sgd(0.1, momentum=0.9)
+      >>> path = tempfile.mkdtemp() + "/ckpt"
+      >>> optx.save_state(path, tx.init(params))
+      >>> state = optx.restore_state(path, jax.eval_shape(tx.init, params))
+      >>> optx.restore_state(path, optx.adam(0.1).init(params))
+      Traceback (most recent call last):
+        ...
+      ValueError: `restore_state` needs a checkpoint whose tree matches target's...
+    """
+    return _restore("restore_state", directory, target)
+
+
+# -- shared with the stateful optimizers' `save` / `load` ---------------------------------
+
+
+def _orbax(api: str) -> Any:
+    try:
+        import orbax.checkpoint as ocp
+    except ImportError as e:  # pragma: no cover - orbax is a test dependency
+        raise ImportError(
+            f"`{api}` needs orbax-checkpoint. Received: no module 'orbax.checkpoint'; "
+            f"install it with `pip install orbax-checkpoint`."
+        ) from e
+    return ocp
+
+
+def _path(directory: str | os.PathLike[str]) -> Any:
+    from etils import epath  # orbax's path type; installed with it
+
+    text = os.fspath(directory)
+    # orbax wants absolute paths; a URL (gs://...) is left as it is.
+    return epath.Path(text if "://" in text else os.path.abspath(text))
+
+
+def _save(
+    ocp: Any, path: Any, tree: PyTree, custom_metadata: dict[str, Any] | None, force: bool
+) -> None:
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(path, tree, force=force, custom_metadata=custom_metadata)
+        checkpointer.wait_until_finished()
+
+
+def _metadata(api: str, directory: str | os.PathLike[str]) -> Any:
+    """Orbax's `StepMetadata` of a finalized checkpoint at ``directory``."""
+    ocp = _orbax(api)
+    path = _path(directory)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"`{api}` needs an existing checkpoint directory. Received: "
+            f"directory={str(path)!r}, which does not exist."
+        )
+    if (
+        _TMP_SUFFIX in path.name
+        or not (path / _COMMIT_FILE).exists()
+        or not ocp.utils.is_checkpoint_finalized(path)
+    ):
+        raise ValueError(
+            f"`{api}` needs a finalized checkpoint (orbax renames a save's temporary "
+            f"folder and writes {_COMMIT_FILE!r} only once it is complete). Received: "
+            f"directory={str(path)!r}, an incomplete or interrupted save; use an earlier "
+            f"checkpoint."
+        )
+    with ocp.StandardCheckpointer() as checkpointer:
+        meta = checkpointer.metadata(path)
+    if getattr(meta, "item_metadata", None) is None:
+        raise ValueError(
+            f"`{api}` needs a checkpoint written by `optx.save_state` (orbax's "
+            f"StandardCheckpointer). Received: directory={str(path)!r}, which holds no "
+            f"pytree metadata."
+        )
+    return meta
+
+
+def _restore(api: str, directory: str | os.PathLike[str], target: PyTree) -> PyTree:
+    meta = _metadata(api, directory)
+    _check_tree(api, meta.item_metadata.tree, target)
+    abstract = jax.tree.map(_abstract, target)
+    ocp = _orbax(api)
+    with ocp.StandardCheckpointer() as checkpointer:
+        return checkpointer.restore(_path(directory), abstract)
+
+
+def _abstract(leaf: Any) -> jax.ShapeDtypeStruct:
+    sharding = getattr(leaf, "sharding", None)
+    if sharding is None or isinstance(leaf, jax.core.Tracer):
+        sharding = SingleDeviceSharding(jax.local_devices()[0])
+    return jax.ShapeDtypeStruct(np.shape(leaf), _dtype(leaf), sharding=sharding)
+
+
+def _dtype(leaf: Any) -> np.dtype:
+    dtype = getattr(leaf, "dtype", None)
+    return np.dtype(dtype) if dtype is not None else np.dtype(jnp.asarray(leaf).dtype)
+
+
+def _describe(shape: tuple[int, ...], dtype: Any) -> str:
+    return f"shape {tuple(shape)} and dtype {np.dtype(dtype).name}"
+
+
+def _check_tree(api: str, saved: PyTree, target: PyTree) -> None:
+    """Raises a `ValueError` naming the first leaf where ``saved`` (orbax's) and ``target`` differ.
+
+    orbax keeps a NamedTuple as a dict of its fields and a tuple as a list; both flatten to
+    the same key names, so the paths compare as strings. Empty nodes keep no leaf.
+    """
+    stored = {
+        path_name(p): (tuple(getattr(m, "shape", ()) or ()), getattr(m, "dtype", None))
+        for p, m in jax.tree_util.tree_flatten_with_path(saved)[0]
+    }
+    wanted = jax.tree_util.tree_flatten_with_path(target)[0]
+    head = f"`{api}` needs a checkpoint whose tree matches target's (the same leaf paths, "
+    head += "shapes and dtypes; was it saved from another optimizer or other parameters?)."
+    names = set()
+    for p, leaf in wanted:
+        name = path_name(p)
+        names.add(name)
+        shape, dtype = tuple(np.shape(leaf)), _dtype(leaf)
+        if name not in stored:
+            raise ValueError(
+                f"{head} Received: a checkpoint without the leaf {name!r} (target: "
+                f"{_describe(shape, dtype)}); {len(stored)} leaves saved, {len(wanted)} "
+                f"in target. Saved leaves like it: {_listing(_nearby(name, list(stored)))}."
+            )
+        s_shape, s_dtype = stored[name]
+        if s_shape != shape or (s_dtype is not None and np.dtype(s_dtype) != dtype):
+            saved_dtype = s_dtype if s_dtype is not None else dtype
+            raise ValueError(
+                f"{head} Received: leaf {name!r} of {_describe(s_shape, saved_dtype)} in "
+                f"the checkpoint, {_describe(shape, dtype)} in target."
+            )
+    extra = [n for n in stored if n not in names]
+    if extra:
+        s_shape, s_dtype = stored[extra[0]]
+        raise ValueError(
+            f"{head} Received: a checkpoint with the leaf {extra[0]!r} "
+            f"({_describe(s_shape, s_dtype or np.float32)}) that target lacks; "
+            f"{len(stored)} leaves saved, {len(wanted)} in target."
+        )
+
+
+def _nearby(name: str, stored: list[str]) -> list[str]:
+    """The saved leaves of the same parameter (last key), else those sharing a prefix."""
+    last = name.rpartition("/")[2]
+    same = [n for n in stored if n.rpartition("/")[2] == last]
+    if same:
+        return same
+    prefix = name
+    while prefix and not any(n.startswith(prefix + "/") for n in stored):
+        prefix = prefix.rpartition("/")[0]
+    return [n for n in stored if n.startswith(prefix + "/")] if prefix else stored
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:4])
+    return shown + (f" and {len(names) - 4} more" if len(names) > 4 else "")
