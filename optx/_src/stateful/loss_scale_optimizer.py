@@ -102,10 +102,7 @@ class LossScaleOptimizer(StatefulBase):
     @property
     def iterations(self) -> jax.Array:
         """The steps the inner optimizer applied (skipped steps do not count)."""
-        if not self.built:
-            return jnp.zeros((), jnp.int32)
-        (state,) = find_states(self._state, DynamicLossScaleState)
-        return jnp.array(state.applied_count, copy=True) // self.inner_optimizer._every_k()
+        return jnp.array(self._steps_taken(), copy=True) // self.inner_optimizer._every_k()
 
     @property
     def learning_rate(self) -> Any:
