@@ -55,6 +55,8 @@ from optx._src.algorithms.layerwise import fromage as fromage
 from optx._src.algorithms.layerwise import lamb as lamb
 from optx._src.algorithms.layerwise import lars as lars
 from optx._src.algorithms.layerwise import scale_by_trust_ratio as scale_by_trust_ratio
+from optx._src.algorithms.lazy_adam import lazy_adam as lazy_adam
+from optx._src.algorithms.lazy_adam import scale_by_lazy_adam as scale_by_lazy_adam
 from optx._src.algorithms.lion import ScaleByLionState as ScaleByLionState
 from optx._src.algorithms.lion import lion as lion
 from optx._src.algorithms.lion import scale_by_lion as scale_by_lion
@@ -132,6 +134,7 @@ from optx._src.base import apply_updates as apply_updates
 from optx._src.base import identity as identity
 from optx._src.base import set_to_zero as set_to_zero
 from optx._src.base import stateless as stateless
+from optx._src.checkpoint import latest_checkpoint as latest_checkpoint
 from optx._src.checkpoint import restore_state as restore_state
 from optx._src.checkpoint import save_state as save_state
 from optx._src.clipping import ClipState as ClipState
@@ -157,6 +160,10 @@ from optx._src.finite import ApplyIfFiniteState as ApplyIfFiniteState
 from optx._src.finite import ZeroNansState as ZeroNansState
 from optx._src.finite import apply_if_finite as apply_if_finite
 from optx._src.finite import zero_nans as zero_nans
+from optx._src.flat import FlattenState as FlattenState
+from optx._src.flat import flatten as flatten
+from optx._src.flat_tree import FlatTree as FlatTree
+from optx._src.flat_tree import flatten_tree as flatten_tree
 from optx._src.hyperparams import get_hyperparams as get_hyperparams
 from optx._src.hyperparams import set_hyperparams as set_hyperparams
 from optx._src.loss_scale import DynamicLossScaleState as DynamicLossScaleState
@@ -170,6 +177,9 @@ from optx._src.momentum import EmaState as EmaState
 from optx._src.momentum import TraceState as TraceState
 from optx._src.momentum import ema as ema
 from optx._src.momentum import trace as trace
+from optx._src.monitor import MonitorState as MonitorState
+from optx._src.monitor import monitor as monitor
+from optx._src.monitor import monitor_metrics as monitor_metrics
 from optx._src.plateau import ReduceOnPlateauState as ReduceOnPlateauState
 from optx._src.plateau import reduce_on_plateau as reduce_on_plateau
 from optx._src.scaling import ScaleByLearningRateState as ScaleByLearningRateState
@@ -179,6 +189,10 @@ from optx._src.scaling import scale_by_learning_rate as scale_by_learning_rate
 from optx._src.scaling import scale_by_schedule as scale_by_schedule
 from optx._src.sharding import shard_state as shard_state
 from optx._src.sharding import state_shardings as state_shardings
+from optx._src.sparse import RowSparse as RowSparse
+from optx._src.sparse import embedding_grad as embedding_grad
+from optx._src.summary import Summary as Summary
+from optx._src.summary import summary as summary
 from optx._src.weight_decay import AddDecayedWeightsState as AddDecayedWeightsState
 from optx._src.weight_decay import DecayBeforeState as DecayBeforeState
 from optx._src.weight_decay import add_decayed_weights as add_decayed_weights

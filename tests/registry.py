@@ -98,7 +98,9 @@ FACTORIES_WITH_ARGS = frozenset(
         "decay_before",
         "dynamic_loss_scale",
         "ema",
+        "flatten",
         "masked",
+        "monitor",
         "multi_transform",
         "partition",
         "scale",
@@ -117,15 +119,20 @@ NOT_FACTORIES = frozenset(
     {
         "apply_updates",
         "ema_params_value",
+        "embedding_grad",
+        "flatten_tree",
+        "latest_checkpoint",
         "restore_state",
         "save_state",
         "get_hyperparams",
         "loss_scale",
+        "monitor_metrics",
         "scale_loss",
         "schedule_free_eval_params",
         "set_hyperparams",
         "shard_state",
         "state_shardings",
+        "summary",
     }
 )
 
@@ -255,6 +262,19 @@ register(
     unobservable=("initial_scale",),
 )
 register("zero_nans", optx.zero_nans)
+# Records norms, the learning rate and skipped steps in its state (also with a schedule and
+# a skipping wrapper inside). Its update/parameter ratio reads the parameters when given (0
+# without): the suite's flag is all or nothing, so the inner transforms here need them.
+register("monitor", lambda: optx.monitor(optx.adamw(1e-2)), needs_params=True)
+register(
+    "monitor/schedule_skips",
+    lambda: optx.monitor(
+        optx.apply_if_finite(
+            optx.chain(optx.add_decayed_weights(1e-2), optx.sgd(warmup_schedule, momentum=0.9)), 3
+        )
+    ),
+    needs_params=True,
+)
 register("accumulate_gradients", lambda: optx.accumulate_gradients(optx.adam(1e-2), every_k=2))
 register(
     "accumulate_gradients/f32_accumulator",
@@ -321,6 +341,16 @@ register(
     lambda: optx.adamw(1e-2, weight_decay=0.1, mask="kernel"),
     needs_params=True,
     repr_prefix="chain(",
+)
+
+# Optimizer state in flat per-dtype buffers (elementwise transforms only).
+register("flatten", lambda: optx.flatten(optx.adam(1e-2)))
+register(
+    "flatten/clip_adamw_ema",
+    lambda: optx.flatten(
+        optx.chain(optx.clip_by_global_norm(1.0), optx.adamw(1e-2), optx.ema_params(0.9))
+    ),
+    needs_params=True,
 )
 
 

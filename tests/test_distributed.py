@@ -279,3 +279,101 @@ def test_stateful_axis_name_config_and_variables() -> None:
     )
     ref = optx.optimizers.Adam(0.1).apply({"w": jnp.ones(2)}, params)
     chex.assert_trees_all_close(new, ref)
+
+
+@pytest.mark.slow
+@pytest.mark.multidevice
+def test_shard_map_refuses_gradients_jax_already_summed_and_the_pcast_recipe_works() -> None:
+    """Under `shard_map` (``check_vma=True``), the gradient of a replicated parameter comes
+    back invariant over the axis: JAX summed it. Averaging it again would step by 8 times
+    the gradient, so `aggregate_gradients` refuses it; differentiating with respect to
+    ``pcast(params, to="varying")`` gives per-device gradients, whose mean is the full
+    batch's (to ``rtol=1e-6``: `pmean` sums in another order than `jnp.mean`)."""
+    run_on_devices(
+        PRELUDE
+        + """
+from jax.sharding import NamedSharding
+mesh = jax.make_mesh((8,), ("data",))
+x = jax.random.normal(jax.random.key(2), (32, 3))
+y = jax.random.normal(jax.random.key(3), (32, 2))
+def loss(p, x, y):
+    return jnp.mean((x @ p["w"].T + p["b"] - y) ** 2)
+xs, ys = (jax.device_put(a, NamedSharding(mesh, P("data"))) for a in (x, y))
+tx = optx.chain(optx.aggregate_gradients("data"), optx.sgd(1.0))
+ref = optx.apply_updates(params, optx.sgd(1.0).update(jax.grad(loss)(params, x, y),
+                                                       optx.sgd(1.0).init(params))[0])
+
+def run(step, reduce="mean"):
+    tx = optx.chain(optx.aggregate_gradients("data", reduce), optx.sgd(1.0))
+    f = jax.shard_map(lambda p, x, y: step(tx, p, x, y), mesh=mesh,
+                      in_specs=(P(), P("data"), P("data")), out_specs=P())
+    return jax.jit(f)(params, xs, ys)
+
+def naive(tx, p, x, y):
+    g = jax.grad(loss)(p, x, y)
+    return optx.apply_updates(p, tx.update(g, tx.init(p), p)[0])
+
+def recipe(tx, p, x, y):
+    g = jax.grad(loss)(jax.lax.pcast(p, "data", to="varying"), x, y)
+    return optx.apply_updates(p, tx.update(g, tx.init(p), p)[0])
+
+for reduce, verb in (("mean", "averaging"), ("sum", "summing")):
+    try:
+        run(naive, reduce)
+    except ValueError as e:
+        message = str(e)
+    else:
+        raise AssertionError("no error for gradients JAX already summed")
+    expected = (
+        "`aggregate_gradients` needs gradients that vary over axis 'data' (one per device). "
+        "Received: updates['b'] and updates['w'], invariant over 'data': JAX has already "
+        "summed them over 'data' (the gradient of a parameter replicated over it), so "
+        f"{verb} them again would scale them by the axis size. Differentiate with respect to "
+        "`jax.lax.pcast(params, 'data', to='varying')` so that each device gets its own "
+        "gradient, or drop `aggregate_gradients` and divide the gradient by the axis size."
+    )
+    assert message == expected, message
+
+out = run(recipe)
+for r, s in zip(jax.tree.leaves(out), jax.tree.leaves(ref)):
+    np.testing.assert_allclose(r, s, rtol=1e-6, atol=1e-7)
+
+# One leaf summed by JAX, one per device: the error names only the summed one.
+def mixed(tx, p, x, y):
+    g = jax.grad(loss)({"w": jax.lax.pcast(p["w"], "data", to="varying"), "b": p["b"]}, x, y)
+    return optx.apply_updates(p, tx.update(g, tx.init(p), p)[0])
+try:
+    run(mixed)
+except ValueError as e:
+    assert "Received: updates['b'], invariant over 'data'" in str(e), str(e)
+else:
+    raise AssertionError("no error for a gradient JAX already summed")
+
+# check_vma=False tracks nothing: aggregate_gradients cannot tell, and averages as asked.
+f = jax.shard_map(lambda g: tx.update(g, tx.init(g))[0], mesh=mesh,
+                  in_specs=P(), out_specs=P(), check_vma=False)
+out = jax.jit(f)(params)
+for r, s in zip(jax.tree.leaves(out), jax.tree.leaves(params)):
+    np.testing.assert_allclose(r, -s, rtol=1e-6)
+
+# The stateful classes' axis_name goes through the same check.
+O = optx.optimizers
+def stateful(g_of):
+    opt = O.SGD(1.0, axis_name="data")
+    opt.build(params)
+    f = jax.shard_map(
+        lambda v, p, x, y: opt.stateless_apply(v, jax.grad(loss)(g_of(p), x, y), p)[0],
+        mesh=mesh, in_specs=(P(), P(), P("data"), P("data")), out_specs=P())
+    return jax.jit(f)(dict(opt.variables), jax.tree.map(jnp.copy, params), xs, ys)
+try:
+    stateful(lambda p: p)
+except ValueError as e:
+    assert "invariant over 'data': JAX has already summed them" in str(e), str(e)
+else:
+    raise AssertionError("no error from the stateful class")
+out = stateful(lambda p: jax.lax.pcast(p, "data", to="varying"))
+for r, s in zip(jax.tree.leaves(out), jax.tree.leaves(ref)):
+    np.testing.assert_allclose(r, s, rtol=1e-6, atol=1e-7)
+print("ok")
+"""
+    )

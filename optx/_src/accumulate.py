@@ -41,6 +41,7 @@ class AccumulateGradients(Transform):
     """See `accumulate_gradients`."""
 
     name = "accumulate_gradients"
+    elementwise = True
     inner: GradientTransformationLike = None  # type: ignore[assignment]
     every_k: int = 1
     accumulator_dtype: Any = None

@@ -20,8 +20,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from optx._src import checks, display, sparse
 from optx._src import hyperparams as hp
-from optx._src.tree import is_none
+from optx._src.tree import is_none, path_name
 
 Params = Any
 """A pytree of arrays: the parameters being optimised."""
@@ -107,6 +108,16 @@ class Transform:
     # Per-field range rules (`hyperparams.NONNEG`, ...) where the name's default rule in
     # `hyperparams._RULES` does not fit this transform.
     ranges: ClassVar[dict[str, tuple[str, Any]]] = {}
+    # Whether `update` computes the same on a few flat buffers as on the per-leaf tree: its
+    # maths is elementwise or uses only reductions over all leaves (a global norm), never a
+    # leaf's shape, a per-leaf reduction or its path. `optx.flatten` accepts only these, and
+    # of a transform that holds others (a chain, a wrapper) it checks them too. Declared by
+    # each class: a subclass that does not say so again is not elementwise.
+    elementwise: ClassVar[bool] = False
+    # Whether `update` takes `optx.RowSparse` leaves (row-sparse gradients). Any other
+    # transform given one raises a `TypeError` (see `sparse.reject`) rather than treat its
+    # indices and values as two arrays.
+    row_sparse: ClassVar[bool] = False
 
     def init(self, params: Params) -> OptState:
         """Returns the initial state of this transform for ``params``."""
@@ -114,8 +125,12 @@ class Transform:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "elementwise" not in cls.__dict__:
+            cls.elementwise = False
         if "init" in cls.__dict__ and cls.__dict__["init"] is not Transform.init:
             cls.init = _recording_rules(cls.__dict__["init"])  # type: ignore[method-assign]
+        if "update" in cls.__dict__ and cls.__dict__["update"] is not Transform.update:
+            cls.update = _checking_sparse(cls.__dict__["update"])  # type: ignore[method-assign]
 
     def update(
         self, updates: Updates, state: OptState, params: Params | None = None, **extra: Any
@@ -151,16 +166,15 @@ class Transform:
         )
 
     def __repr__(self) -> str:
-        args = []
-        for field in dataclasses.fields(self):  # type: ignore[arg-type]
-            if not field.repr:
-                continue
-            value = getattr(self, field.name)
-            shown = field.name in self.hyperparams or field.default is dataclasses.MISSING
-            if not shown and value == field.default:
-                continue
-            args.append(f"{field.name}={_short_repr(value)}")
+        args = [f"{name}={_short_repr(value)}" for name, value in display.config_items(self)]
         return f"{self.name}({', '.join(args)})"
+
+    def _repr_html_(self) -> str:
+        """The configuration as an HTML table (for notebooks); inner transforms nest.
+
+        A transform holds no state: `optx.summary` shows a state's current values.
+        """
+        return display.transform_html(self)
 
 
 def _recording_rules(init: Callable[..., Any]) -> Callable[..., Any]:
@@ -178,6 +192,20 @@ def _recording_rules(init: Callable[..., Any]) -> Callable[..., Any]:
         return state
 
     return recording_init
+
+
+def _checking_sparse(update: Callable[..., Any]) -> Callable[..., Any]:
+    """Wraps ``update`` to reject row-sparse leaves unless the transform takes them."""
+
+    @functools.wraps(update)
+    def checked_update(
+        self: Transform, updates: Updates, state: OptState, *args: Any, **kwargs: Any
+    ) -> tuple[Updates, OptState]:
+        if not self.row_sparse:
+            sparse.reject(self.name, updates)
+        return update(self, updates, state, *args, **kwargs)
+
+    return checked_update
 
 
 def _short_repr(value: Any) -> str:
@@ -206,7 +234,10 @@ def zero_count() -> jax.Array:
 def apply_updates(params: Params, updates: Updates) -> Params:
     """Adds ``updates`` to ``params``, keeping each parameter's dtype.
 
-    A ``None`` update (a parameter without a gradient) leaves its parameter unchanged.
+    A ``None`` update (a parameter without a gradient) leaves its parameter unchanged. A
+    row-sparse update (`RowSparse`, from `sgd`, `adagrad` or `lazy_adam` given a row-sparse
+    gradient) is added to its rows only: under `jax.jit` with the parameters donated, the
+    other rows are neither read nor written.
 
     Args:
       params: the current parameters.
@@ -215,19 +246,67 @@ def apply_updates(params: Params, updates: Updates) -> Params:
     Returns:
       ``params + updates``, each leaf cast back to its parameter's dtype.
 
+    Raises:
+      ValueError: ``updates`` and ``params`` differ in structure, or a leaf's shape (or a
+        row-sparse update's dense shape) is not its parameter's shape.
+      TypeError: the cast back would change an update's value: a floating-point update of
+        an integer parameter (truncated), or a complex update of a real one.
+
     Example:
       >>> import jax.numpy as jnp, optx
       >>> optx.apply_updates({"w": jnp.ones(2)}, {"w": jnp.array([0.5, -1.0])})
       {'w': Array([1.5, 0. ], dtype=float32)}
     """
+    api = "optx.apply_updates"
+    # Checked here: a mismatch would otherwise raise inside JAX, or broadcast silently.
+    if jax.tree.structure(updates, is_leaf=sparse.is_update_leaf) != jax.tree.structure(
+        params, is_leaf=sparse.is_update_leaf
+    ):
+        checks.same_tree(api, updates, params, "updates", "params", allow_none=True)
 
-    def add(p: Any, u: Any) -> Any:
+    def add(path: Any, p: Any, u: Any) -> Any:
         if u is None:
             return p
-        p = jnp.asarray(p)
+        if isinstance(u, sparse.RowSparse):
+            return sparse.add_to(api, path_name(path), p, u)
+        try:
+            p, u_dtype = jnp.asarray(p), jnp.result_type(u)
+        except TypeError:
+            bad, what = (p, "params") if not _is_numeric(p) else (u, "updates")
+            raise TypeError(
+                f"`{api}` needs numeric arrays as leaves. Received: {what}[{path_name(path)!r}] "
+                f"of type {type(bad).__name__}."
+            ) from None
+        if np.shape(u) != p.shape:
+            raise ValueError(
+                f"`{api}` needs updates with the shapes of params. Received: "
+                f"updates[{path_name(path)!r}] of shape {np.shape(u)}, expected {p.shape}."
+            )
+        if jnp.issubdtype(u_dtype, jnp.complexfloating) and not jnp.issubdtype(
+            p.dtype, jnp.complexfloating
+        ):
+            lost = "drop its imaginary part"
+        elif jnp.issubdtype(u_dtype, jnp.inexact) and not jnp.issubdtype(p.dtype, jnp.inexact):
+            lost = "truncate it to an integer"
+        else:
+            lost = None
+        if lost:
+            raise TypeError(
+                f"`{api}` needs updates that the parameter's dtype can hold. Received: "
+                f"updates[{path_name(path)!r}] of dtype {u_dtype.name} for a parameter of "
+                f"dtype {p.dtype.name}; the cast back would {lost}."
+            )
         return jnp.asarray(p + u).astype(p.dtype)
 
-    return jax.tree.map(add, params, updates, is_leaf=is_none)
+    return jax.tree_util.tree_map_with_path(add, params, updates, is_leaf=is_none)
+
+
+def _is_numeric(x: Any) -> bool:
+    try:
+        jnp.result_type(x)
+    except TypeError:
+        return False
+    return True
 
 
 def find_states(state: OptState, kind: type | tuple[type, ...]) -> list[Any]:
@@ -263,6 +342,8 @@ class Identity(Transform):
     """See `identity`."""
 
     name = "identity"
+    elementwise = True
+    row_sparse = True
 
     def init(self, params: Params) -> EmptyState:
         del params
@@ -295,6 +376,7 @@ class SetToZero(Transform):
     """See `set_to_zero`."""
 
     name = "set_to_zero"
+    elementwise = True
 
     def init(self, params: Params) -> EmptyState:
         del params
@@ -304,6 +386,7 @@ class SetToZero(Transform):
         self, updates: Updates, state: OptState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, OptState]:
         del params, extra
+        checks.array_leaves(f"{self.name}.update", updates)
         return jax.tree.map(
             lambda u: None if u is None else jnp.zeros_like(u), updates, is_leaf=is_none
         ), state

@@ -9,7 +9,12 @@ optimizer fails with the first leaf that differs rather than deep inside orbax.
 Atomicity is orbax's: a save writes to ``<directory>.orbax-checkpoint-tmp-*``, writes
 ``commit_success.txt`` when every array is on disk, and only then renames the folder to
 ``<directory>``. `restore_state` refuses a folder without both, so a save cut short (a
-crash, a preempted job) is never read as a complete checkpoint.
+crash, a preempted job) is never read as a complete checkpoint; `latest_checkpoint` finds the
+newest complete one among a run's checkpoints.
+
+Each checkpoint also records, in orbax's custom metadata, the type of every NamedTuple (or
+other custom) node of the saved tree by path, so that a state of another optimizer with the
+same leaves (``adam`` and ``adabelief`` keep the same ``mu`` and ``nu``) is refused too.
 
 orbax-checkpoint is an optional dependency (``pip install orbax-checkpoint``), imported on
 the first call.
@@ -18,6 +23,7 @@ the first call.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import jax
@@ -31,6 +37,9 @@ from optx._src.tree import path_name
 PyTree = Any
 _COMMIT_FILE = "commit_success.txt"
 _TMP_SUFFIX = ".orbax-checkpoint-tmp"
+# Key of optx's entries in a checkpoint's custom metadata (shared with the stateful `save`).
+_KEY = "optx"
+_TYPES = "state_types"
 
 
 def save_state(directory: str | os.PathLike[str], state: OptState, *, force: bool = False) -> None:
@@ -97,7 +106,9 @@ def restore_state(directory: str | os.PathLike[str], target: OptState) -> OptSta
       FileNotFoundError: ``directory`` does not exist.
       ValueError: ``directory`` is not a finalized orbax checkpoint (a save that did not
         finish), or its tree differs from ``target``'s: the message names the first leaf
-        path that differs (missing, extra, or its shapes and dtypes on both sides).
+        path that differs (missing, extra, or its shapes and dtypes on both sides), or,
+        with the same leaves, the first node whose state type differs (a checkpoint of
+        ``adam`` restored into ``adabelief``).
 
     Example:
       >>> import tempfile, jax, jax.numpy as jnp, optx
@@ -112,6 +123,54 @@ def restore_state(directory: str | os.PathLike[str], target: OptState) -> OptSta
       ValueError: `restore_state` needs a checkpoint whose tree matches target's...
     """
     return _restore("restore_state", directory, target)
+
+
+def latest_checkpoint(root: str | os.PathLike[str]) -> str | None:
+    """The newest complete checkpoint in ``root``, to resume a run from.
+
+    A run that saves every few steps to ``root/step_<n>`` (`save_state`, or an optimizer's
+    ``save``) and is killed, even in the middle of a save, resumes from the folder this
+    returns: among the folders directly in ``root`` whose names end in a number, the one
+    with the largest number that orbax finalized (a save cut short is skipped, see the
+    module docstring).
+
+    Args:
+      root: the folder holding the run's checkpoints.
+
+    Returns:
+      The checkpoint's path, or ``None`` when ``root`` holds no complete checkpoint (or
+      does not exist yet: a run's first start).
+
+    Raises:
+      ValueError: ``root`` is a file, not a folder.
+
+    Example:
+      >>> import tempfile, jax.numpy as jnp, optx
+      >>> root = tempfile.mkdtemp()
+      >>> optx.latest_checkpoint(root) is None
+      True
+      >>> for step in (9, 10):
+      ...     optx.save_state(f"{root}/step_{step}", {"w": jnp.full(2, step)})
+      >>> optx.latest_checkpoint(root) == f"{root}/step_10"
+      True
+    """
+    ocp = _orbax("latest_checkpoint")
+    path = _path(root)
+    if not path.exists():
+        return None
+    if not path.is_dir():
+        raise ValueError(
+            f"`latest_checkpoint` needs root to be a folder of checkpoints. Received: "
+            f"root={str(path)!r}, which is a file."
+        )
+    numbered = []
+    for child in path.iterdir():
+        found = re.search(r"(\d+)$", child.name)
+        if found and child.is_dir() and _finalized(ocp, child):
+            numbered.append((int(found.group(1)), child.name))
+    if not numbered:
+        return None
+    return os.fspath(path / max(numbered)[1])
 
 
 # -- shared with the stateful optimizers' `save` / `load` ---------------------------------
@@ -139,9 +198,20 @@ def _path(directory: str | os.PathLike[str]) -> Any:
 def _save(
     ocp: Any, path: Any, tree: PyTree, custom_metadata: dict[str, Any] | None, force: bool
 ) -> None:
+    metadata = dict(custom_metadata or {})
+    metadata[_KEY] = {**metadata.get(_KEY, {}), _TYPES: _node_types(tree)}
     with ocp.StandardCheckpointer() as checkpointer:
-        checkpointer.save(path, tree, force=force, custom_metadata=custom_metadata)
+        checkpointer.save(path, tree, force=force, custom_metadata=metadata)
         checkpointer.wait_until_finished()
+
+
+def _finalized(ocp: Any, path: Any) -> bool:
+    """Whether orbax completed the checkpoint at ``path`` (renamed, with its marker)."""
+    return (
+        _TMP_SUFFIX not in path.name
+        and (path / _COMMIT_FILE).exists()
+        and ocp.utils.is_checkpoint_finalized(path)
+    )
 
 
 def _metadata(api: str, directory: str | os.PathLike[str]) -> Any:
@@ -153,11 +223,7 @@ def _metadata(api: str, directory: str | os.PathLike[str]) -> Any:
             f"`{api}` needs an existing checkpoint directory. Received: "
             f"directory={str(path)!r}, which does not exist."
         )
-    if (
-        _TMP_SUFFIX in path.name
-        or not (path / _COMMIT_FILE).exists()
-        or not ocp.utils.is_checkpoint_finalized(path)
-    ):
+    if not _finalized(ocp, path):
         raise ValueError(
             f"`{api}` needs a finalized checkpoint (orbax renames a save's temporary "
             f"folder and writes {_COMMIT_FILE!r} only once it is complete). Received: "
@@ -178,6 +244,10 @@ def _metadata(api: str, directory: str | os.PathLike[str]) -> Any:
 def _restore(api: str, directory: str | os.PathLike[str], target: PyTree) -> PyTree:
     meta = _metadata(api, directory)
     _check_tree(api, meta.item_metadata.tree, target)
+    custom = meta.custom_metadata if isinstance(meta.custom_metadata, dict) else {}
+    saved_types = custom.get(_KEY, {}).get(_TYPES)
+    if isinstance(saved_types, dict):  # absent from checkpoints written by orbax alone
+        _check_types(api, saved_types, _node_types(target))
     abstract = jax.tree.map(_abstract, target)
     ocp = _orbax(api)
     with ocp.StandardCheckpointer() as checkpointer:
@@ -239,6 +309,40 @@ def _check_tree(api: str, saved: PyTree, target: PyTree) -> None:
             f"({_describe(s_shape, s_dtype or np.float32)}) that target lacks; "
             f"{len(stored)} leaves saved, {len(wanted)} in target."
         )
+
+
+def _node_types(tree: PyTree) -> dict[str, str]:
+    """The type name of each node of ``tree`` with children, but dicts, lists and tuples.
+
+    Keyed by the node's path (`path_name`; ``""`` for the root), in tree order: the
+    NamedTuple states of an optimizer, and any other registered node type.
+    """
+    found: dict[str, str] = {}
+
+    def visit(prefix: tuple[Any, ...], node: Any) -> None:
+        if jax.tree_util.treedef_is_leaf(jax.tree.structure(node)):
+            return  # an array, None, or a node without children
+        if type(node) not in (dict, list, tuple):
+            found[path_name(prefix)] = type(node).__name__
+        children = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda c: c is not node)
+        for path, child in children[0]:
+            visit(prefix + tuple(path), child)
+
+    visit((), tree)
+    return found
+
+
+def _check_types(api: str, saved: dict[str, str], wanted: dict[str, str]) -> None:
+    """Raises a `ValueError` naming the first node whose saved state type is not target's."""
+    for name, kind in wanted.items():
+        if name in saved and saved[name] != kind:
+            where = repr(name) if name else "the root"
+            raise ValueError(
+                f"`{api}` needs a checkpoint of target's optimizer (the same state types at "
+                f"the same paths). Received: node {where} is a {saved[name]} in the "
+                f"checkpoint, a {kind} in target: the checkpoint holds the same leaves but "
+                f"was saved from another optimizer. Restore it into a state of that one."
+            )
 
 
 def _nearby(name: str, stored: list[str]) -> list[str]:

@@ -6,14 +6,17 @@ name the pytree path of the offending leaf.
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from optx._src.hyperparams import current
-from optx._src.tree import is_none, path_name
+from optx._src.hyperparams import current, shown
+from optx._src.sparse import is_update_leaf
+from optx._src.tree import path_name
 
 _FLOAT_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
 _SHOWN = 5
@@ -24,10 +27,14 @@ def _listing(names: list[str], quote: bool = True) -> str:
     return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
 
 
-def float_params(api: str, params: Any, what: str = "params") -> None:
+def float_params(
+    api: str, params: Any, what: str = "params", is_leaf: Callable[[Any], bool] | None = None
+) -> None:
     """Raises `TypeError` naming the first leaf of ``params`` that is not a float array."""
     bad = []
-    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params, is_leaf=is_leaf)[0]:
+        if leaf is None:
+            continue
         dtype = jnp.result_type(leaf) if _is_arraylike(leaf) else None
         if dtype is None or not any(dtype == d for d in _FLOAT_DTYPES):
             shown = f"dtype {dtype.name}" if dtype is not None else f"type {type(leaf).__name__}"
@@ -40,8 +47,45 @@ def float_params(api: str, params: Any, what: str = "params") -> None:
         )
 
 
+def array_leaves(api: str, tree: Any, what: str = "updates") -> None:
+    """Raises `TypeError` naming the first leaf of ``tree`` that is neither array nor number.
+
+    For the transforms that pass values through whatever their dtype (``None`` leaves pass).
+    """
+    leaves = jax.tree.leaves(tree, is_leaf=is_update_leaf)
+    if all(leaf is None or _is_number_or_array(leaf) for leaf in leaves):
+        return  # the common case, without computing paths
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_update_leaf)[0]:
+        if not (leaf is None or _is_number_or_array(leaf)):
+            raise TypeError(
+                f"`{api}` needs numeric arrays as the leaves of {what}. Received: "
+                f"{what}[{path_name(path)!r}] of type {type(leaf).__name__}."
+            )
+
+
+def _is_number_or_array(leaf: Any) -> bool:
+    return _is_arraylike(leaf) or (isinstance(leaf, numbers.Number) and not isinstance(leaf, bool))
+
+
+def float_updates(api: str, updates: Any) -> None:
+    """Raises `TypeError` naming the first leaf of ``updates`` that is not a float array.
+
+    For the transforms that compute in each update's own dtype: an integer update would be
+    truncated, and complex values are not supported. ``None`` leaves pass.
+    """
+    leaves = jax.tree.leaves(updates, is_leaf=is_update_leaf)
+    if all(leaf is None or _is_float_array(leaf) for leaf in leaves):
+        return  # the common case, without computing paths
+    float_params(api, updates, "updates", is_leaf=is_update_leaf)
+
+
+def _is_float_array(leaf: Any) -> bool:
+    return _is_arraylike(leaf) and any(leaf.dtype == d for d in _FLOAT_DTYPES)
+
+
 def _is_arraylike(leaf: Any) -> bool:
-    return hasattr(leaf, "dtype") or isinstance(leaf, float | int | complex | bool)
+    # Arrays only: a Python number has no dtype or shape for the transforms to keep.
+    return hasattr(leaf, "dtype") and hasattr(leaf, "shape")
 
 
 def needs_params(api: str, params: Any) -> None:
@@ -53,14 +97,26 @@ def needs_params(api: str, params: Any) -> None:
         )
 
 
-def same_tree(api: str, got: Any, expected: Any, got_name: str, expected_name: str) -> None:
+def same_tree(
+    api: str,
+    got: Any,
+    expected: Any,
+    got_name: str,
+    expected_name: str,
+    *,
+    allow_none: bool = False,
+) -> None:
     """Raises `ValueError` if two trees differ in structure or leaf shapes.
 
     The message lists the paths missing from, and unexpected in, ``got``; or the first
-    leaf whose shape differs, with both shapes.
+    leaf whose shape differs, with both shapes. A ``None`` leaf of ``got`` (a parameter
+    without a gradient) where ``expected`` has an array is refused unless ``allow_none``
+    (the caller passes it through); a leaf of ``got`` that is not an array (a Python
+    number, a string) or is complex where ``expected`` is real raises `TypeError`.
     """
-    got_flat, got_def = jax.tree_util.tree_flatten_with_path(got, is_leaf=is_none)
-    exp_flat, exp_def = jax.tree_util.tree_flatten_with_path(expected, is_leaf=is_none)
+    # A row-sparse update stands for an array of its dense shape.
+    got_flat, got_def = jax.tree_util.tree_flatten_with_path(got, is_leaf=is_update_leaf)
+    exp_flat, exp_def = jax.tree_util.tree_flatten_with_path(expected, is_leaf=is_update_leaf)
     if got_def != exp_def:
         got_paths = [path_name(p) for p, _ in got_flat]
         exp_paths = [path_name(p) for p, _ in exp_flat]
@@ -78,8 +134,36 @@ def same_tree(api: str, got: Any, expected: Any, got_name: str, expected_name: s
             f"Received: {'; '.join(detail)}."
         )
     for (path, g), (_, e) in zip(got_flat, exp_flat, strict=True):
-        if g is None or e is None:
+        if e is None or (g is None and allow_none):
             continue
+        if g is None:
+            raise ValueError(
+                f"`{api}` needs an array for every leaf of {expected_name}. Received: "
+                f"{got_name}[{path_name(path)!r}]=None (a parameter without a gradient). "
+                f"Wrap the transform in `optx.skip_missing(...)` to leave such parameters "
+                f"unchanged."
+            )
+        if not _is_arraylike(g):
+            raise TypeError(
+                f"`{api}` needs arrays as the leaves of {got_name}. Received: "
+                f"{got_name}[{path_name(path)!r}] of type {type(g).__name__}. Convert it "
+                f"with `jnp.asarray`."
+            )
+        if jnp.issubdtype(g.dtype, jnp.complexfloating) and not (
+            _is_arraylike(e) and jnp.issubdtype(e.dtype, jnp.complexfloating)
+        ):
+            raise TypeError(
+                f"`{api}` needs real {got_name} (optx does not optimise complex values). "
+                f"Received: {got_name}[{path_name(path)!r}] of dtype {g.dtype}."
+            )
+        if not jnp.issubdtype(g.dtype, jnp.inexact) and (
+            _is_arraylike(e) and jnp.issubdtype(e.dtype, jnp.inexact)
+        ):
+            raise TypeError(
+                f"`{api}` needs floating-point {got_name} for floating-point {expected_name} "
+                f"(an integer update would be truncated). Received: "
+                f"{got_name}[{path_name(path)!r}] of dtype {g.dtype}."
+            )
         if np.shape(g) != np.shape(e):
             raise ValueError(
                 f"`{api}` needs {got_name} with the shapes of {expected_name}. "
@@ -99,7 +183,7 @@ def transform(api: str, name: str, value: Any) -> None:
 
 def nonneg_int(api: str, name: str, value: Any, minimum: int = 0) -> int:
     """Checks a structural integer option."""
-    api = current(api)
+    api, name = current(api), shown(name)
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
         raise ValueError(
             f"`{api}` needs {name} to be an int >= {minimum}. Received: {name}={value!r}."

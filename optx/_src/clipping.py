@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from optx._src import checks
 from optx._src import tree as tree_lib
 from optx._src.base import EmptyState, Params, Transform, Updates, transform
 from optx._src.tree import is_none
@@ -16,6 +17,10 @@ class ClipState(NamedTuple):
     """State of the clipping transforms: their threshold, as a dynamic hyperparameter."""
 
     hyperparams: dict[str, jax.Array]
+
+
+def _f32(u: jax.Array) -> jax.Array:
+    return u.astype(jnp.promote_types(u.dtype, jnp.float32))
 
 
 def _map(fn: Any, updates: Updates) -> Updates:
@@ -37,12 +42,14 @@ class Clip(_Clip):
     """See `clip`."""
 
     name = "clip"
+    elementwise = True
     hyperparams = ("max_delta",)
     max_delta: float = 1.0
 
     def update(
         self, updates: Updates, state: ClipState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, ClipState]:
+        checks.float_updates(f"{self.name}.update", updates)
         del params, extra
         m = state.hyperparams["max_delta"]
         return _map(lambda u: jnp.clip(u, -m.astype(u.dtype), m.astype(u.dtype)), updates), state
@@ -80,6 +87,7 @@ class ClipByNorm(_Clip):
     def update(
         self, updates: Updates, state: ClipState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, ClipState]:
+        checks.float_updates(f"{self.name}.update", updates)
         del params, extra
         c = state.hyperparams["max_norm"]
 
@@ -123,15 +131,19 @@ class ClipByGlobalNorm(_Clip):
     """See `clip_by_global_norm`."""
 
     name = "clip_by_global_norm"
+    elementwise = True
     hyperparams = ("max_norm",)
     max_norm: float = 1.0
 
     def update(
         self, updates: Updates, state: ClipState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, ClipState]:
+        checks.float_updates(f"{self.name}.update", updates)
         del params, extra
         c = state.hyperparams["max_norm"]
-        g_norm = tree_lib.norm([u for u in jax.tree.leaves(updates) if u is not None])
+        # Squares summed in float32 whatever the leaves' dtype: a bfloat16 sum per leaf would
+        # round each leaf's share, so the norm would depend on how leaves are grouped.
+        g_norm = tree_lib.norm([_f32(u) for u in jax.tree.leaves(updates) if u is not None])
         keep = g_norm < c
 
         def clip_leaf(u: jax.Array) -> jax.Array:
@@ -180,6 +192,7 @@ class ClipByBlockRMS(_Clip):
     def update(
         self, updates: Updates, state: ClipState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, ClipState]:
+        checks.float_updates(f"{self.name}.update", updates)
         del params, extra
         t = state.hyperparams["threshold"]
 
@@ -226,6 +239,7 @@ class Centralize(Transform):
     def update(
         self, updates: Updates, state: Any, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, Any]:
+        checks.float_updates(f"{self.name}.update", updates)
         del params, extra
 
         def subtract_mean(u: jax.Array) -> jax.Array:

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from optx._src import checks
+from optx._src import checks, sparse
 from optx._src.base import GradientTransformationLike, OptState, Params, Transform, Updates
 from optx._src.base import transform as _transform
 from optx._src.tree import is_none, is_param, path_name
@@ -31,6 +31,9 @@ def call_update(
     tx: Any, accepts: bool, updates: Updates, state: OptState, params: Params, extra: dict
 ) -> tuple[Updates, OptState]:
     """``tx.update``, passing ``extra`` only to transforms that take it."""
+    if not isinstance(tx, Transform):
+        # Foreign (optax) transforms would treat a row-sparse leaf as two arrays.
+        sparse.reject(f"{type(tx).__module__.split('.')[0]}.{type(tx).__name__}", updates)
     if accepts:
         return tx.update(updates, state, params, **extra)
     return tx.update(updates, state, params)
@@ -41,6 +44,8 @@ class Chain(Transform):
     """See `chain`."""
 
     name = "chain"
+    elementwise = True
+    row_sparse = True  # each transform checks for itself
     transforms: tuple[GradientTransformationLike, ...] = ()
     _accepts: tuple[bool, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
@@ -104,6 +109,8 @@ class NamedChain(Transform):
     """See `named_chain`."""
 
     name = "named_chain"
+    elementwise = True
+    row_sparse = True  # each transform checks for itself
     transforms: tuple[tuple[str, GradientTransformationLike], ...] = ()
     _accepts: tuple[bool, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
@@ -226,9 +233,9 @@ MaskSpec = Any
 def freeze_mask(api: str, mask: MaskSpec) -> Any:
     """Normalises a mask argument to a hashable form (see `MaskSpec`)."""
     if isinstance(mask, str):
-        return (mask,)
+        return _patterns(api, "mask", (mask,))
     if isinstance(mask, list | tuple) and mask and all(isinstance(m, str) for m in mask):
-        return tuple(mask)
+        return _patterns(api, "mask", tuple(mask))
     if callable(mask) and not isinstance(mask, Mapping):
         return mask
     leaves, _ = jax.tree.flatten(mask)
@@ -239,6 +246,19 @@ def freeze_mask(api: str, mask: MaskSpec) -> Any:
                 f"regular expressions on parameter paths. Received: a mask with leaf {leaf!r}."
             )
     return Frozen(jax.tree.map(bool, mask))
+
+
+def _patterns(api: str, name: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """Checks that each of ``patterns`` is a regular expression."""
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise ValueError(
+                f"`{api}` needs {name} to be regular expressions on parameter paths. "
+                f"Received: {pattern!r} ({error})."
+            ) from None
+    return patterns
 
 
 def _is_bool(leaf: Any) -> bool:
@@ -306,6 +326,8 @@ class Masked(Transform):
     def update(
         self, updates: Updates, state: MaskedState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, MaskedState]:
+        if params is not None:
+            checks.same_tree("masked.update", params, updates, "params", "updates", allow_none=True)
         mask = resolve_mask("masked", self.mask, updates)
         inner_params = None if params is None else _select(mask, params)
         new, inner_state = call_update(
@@ -409,6 +431,10 @@ class Partition(Transform):
     def update(
         self, updates: Updates, state: PartitionState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, PartitionState]:
+        if params is not None:
+            checks.same_tree(
+                "partition.update", params, updates, "params", "updates", allow_none=True
+            )
         labels = self.labels(updates)
         new_states = {}
         merged = updates
@@ -440,9 +466,12 @@ def _is_regex_map(raw: Any) -> bool:
 
 
 def _labels_from_regex(api: str, regexes: Mapping[str, Hashable], params: Params) -> Any:
+    _patterns(api, "the keys of param_labels", tuple(regexes))
     compiled = [(re.compile(k), v) for k, v in regexes.items()]
 
-    def label(path: Any, _: Any) -> Hashable:
+    def label(path: Any, leaf: Any) -> Hashable:
+        if leaf is None:  # an empty subtree (an Equinox-style filtered tree): no parameter
+            return None
         name = path_name(path)
         for regex, value in compiled:
             if regex.search(name):

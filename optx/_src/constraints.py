@@ -344,7 +344,8 @@ class Constrain(Transform):
                         f"is not defined. Received: a {type(u).__name__} update at "
                         f"{path_name(path)!r}."
                     )
-        checks.same_tree(api, updates, params, "updates", "params")
+        checks.float_updates(api, updates)
+        checks.same_tree(api, updates, params, "updates", "params", allow_none=True)
         if self.mask is None:
             mask = jax.tree.map(lambda _: True, params)
         else:

@@ -38,6 +38,7 @@ class EmaParams(Transform):
     """See `ema_params`."""
 
     name = "ema_params"
+    elementwise = True
     hyperparams = ("momentum",)
     decays = ("momentum",)
     momentum: float = 0.99

@@ -43,6 +43,7 @@ class ApplyIfFinite(Transform):
     """See `apply_if_finite`."""
 
     name = "apply_if_finite"
+    elementwise = True
     inner: GradientTransformationLike = None  # type: ignore[assignment]
     max_consecutive_errors: int = 5
 
@@ -71,7 +72,7 @@ class ApplyIfFinite(Transform):
             return call_update(self.inner, accepts, updates, state.inner_state, params, extra)
 
         def skip(_: None) -> tuple[Updates, OptState]:
-            return tree_lib.zeros_like(updates), state.inner_state
+            return no_change(updates), state.inner_state
 
         new_updates, inner_state = jax.lax.cond(
             finite | (notfinite_count > self.max_consecutive_errors), apply, skip, None
@@ -87,8 +88,10 @@ def apply_if_finite(
 ) -> ApplyIfFinite:
     """Skips a step whose updates hold a NaN or an infinity; gives up after too many.
 
-    On a non-finite step the updates are zeros and ``inner``'s state is left as it was; the
-    skip is counted in the state. After more than ``max_consecutive_errors`` non-finite
+    On a non-finite step the updates are zeros (negative zeros, so that
+    `optx.apply_updates` leaves every parameter bit for bit as it was, ``-0.0`` included)
+    and ``inner``'s state is left as it was; the skip is counted in the state
+    (``total_notfinite``). After more than ``max_consecutive_errors`` non-finite
     steps in a row, the update is applied anyway (so a run that is truly diverging shows
     it rather than stalling).
 
@@ -108,10 +111,18 @@ def apply_if_finite(
       >>> tx = optx.apply_if_finite(optx.sgd(0.1), max_consecutive_errors=3)
       >>> params = {"w": jnp.ones(2)}
       >>> updates, state = tx.update({"w": jnp.array([1.0, jnp.nan])}, tx.init(params), params)
-      >>> updates["w"], int(state.total_notfinite)
-      (Array([0., 0.], dtype=float32), 1)
+      >>> optx.apply_updates(params, updates)["w"], int(state.total_notfinite)
+      (Array([1., 1.], dtype=float32), 1)
     """
     return ApplyIfFinite(inner, max_consecutive_errors)
+
+
+def no_change(updates: Updates) -> Updates:
+    """Updates that leave the parameters bit for bit as they are: negative zeros.
+
+    ``p + (-0.0)`` is ``p`` for every ``p``; ``p + 0.0`` would turn a ``-0.0`` into ``0.0``.
+    """
+    return jax.tree.map(lambda u: jnp.full_like(u, -0.0), updates)
 
 
 class ZeroNansState(NamedTuple):
@@ -125,6 +136,7 @@ class ZeroNans(Transform):
     """See `zero_nans`."""
 
     name = "zero_nans"
+    elementwise = True
 
     def init(self, params: Params) -> ZeroNansState:
         return ZeroNansState(jax.tree.map(lambda _: jnp.array(False), params))
@@ -133,6 +145,7 @@ class ZeroNans(Transform):
         self, updates: Updates, state: ZeroNansState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, ZeroNansState]:
         del params, extra
+        checks.array_leaves(f"{self.name}.update", updates)
         found = jax.tree.map(lambda u: jnp.any(jnp.isnan(u)), updates)
         updates = jax.tree.map(lambda u: jnp.where(jnp.isnan(u), jnp.zeros_like(u), u), updates)
         return updates, ZeroNansState(found)

@@ -22,6 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import Tracer
 
+from optx._src import reprs
+
 _FIELD = "hyperparams"
 _ONE_MINUS = "one_minus_"
 _DTYPE = jnp.float32
@@ -61,25 +63,37 @@ _RULES: dict[str, tuple[str, Any]] = {
 
 
 _CALLER: contextvars.ContextVar[str | None] = contextvars.ContextVar("optx_caller", default=None)
+_NAMES: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "optx_caller_names", default=None
+)
 
 
 @contextlib.contextmanager
-def caller(api: str) -> Iterator[None]:
+def caller(api: str, names: Mapping[str, str] | None = None) -> Iterator[None]:
     """Names ``api`` in the errors of the building blocks built inside this context.
 
     An optimizer factory such as `adam` builds its building blocks in ``caller("adam")``, so
     ``adam(learning_rate=-1)`` reports "`adam` needs ...", the call the user made.
+    ``names`` maps a building block's argument names to the caller's (``{"b1": "adam_b1"}``)
+    so that the message names the argument the user gave. The outermost caller wins.
     """
     token = _CALLER.set(_CALLER.get() or api)
+    names_token = _NAMES.set(_NAMES.get() or names)
     try:
         yield
     finally:
+        _NAMES.reset(names_token)
         _CALLER.reset(token)
 
 
 def current(api: str) -> str:
     """The name to report in errors: the enclosing `caller`'s, else ``api``."""
     return _CALLER.get() or api
+
+
+def shown(name: str) -> str:
+    """The name to report for a building block's argument ``name`` (see `caller`)."""
+    return (_NAMES.get() or {}).get(name, name)
 
 
 def rule(name: str) -> tuple[str, Any]:
@@ -97,19 +111,21 @@ def validate(api: str, name: str, value: Any, range_rule: tuple[str, Any] | None
       ValueError: ``value`` is non-finite or outside the range of ``name``.
     """
     api = _CALLER.get() or api
+    # The rule is the building block's field's; the message names the caller's argument.
+    field, name = name, shown(name)
     if isinstance(value, Tracer):
         raise TypeError(
             f"`{api}` needs {name} to be a concrete number when the transform is built "
             f"(transforms hold no arrays). Received: {name}={value!r}. To change it inside a "
-            f"traced function, use `optx.set_hyperparams(state, {name}=...)`."
+            f"traced function, use `optx.set_hyperparams(state, {field}=...)`."
         )
     if isinstance(value, bool) or not _is_real_scalar(value):
         raise TypeError(
-            f"`{api}` needs {name} to be a real number. Received: {name}={value!r} "
+            f"`{api}` needs {name} to be a real number. Received: {name}={reprs.short(value)} "
             f"of type {type(value).__name__}."
         )
     number = float(value)
-    description, ok = range_rule or rule(name)
+    description, ok = range_rule or rule(field)
     if not math.isfinite(number) or not ok(number):
         raise ValueError(f"`{api}` needs {name} {description}. Received: {name}={value!r}.")
     return number

@@ -27,6 +27,7 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import accepts_extra, call_update
+from optx._src.finite import no_change
 from optx._src.tree import is_none
 
 
@@ -62,6 +63,7 @@ class UnscaleGradients(Transform):
     """See `unscale_gradients`."""
 
     name = "unscale_gradients"
+    elementwise = True
     hyperparams = ("loss_scale_factor",)
     loss_scale_factor: float = 1.0
 
@@ -76,6 +78,7 @@ class UnscaleGradients(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, UnscaleGradientsState]:
+        checks.float_updates(f"{self.name}.update", updates)
         del params, extra
         s = state.hyperparams["loss_scale_factor"]
         updates = jax.tree.map(
@@ -114,7 +117,9 @@ class DynamicLossScaleState(NamedTuple):
     Attributes:
       scale: the current loss scale (a float32 scalar); read it with `loss_scale`.
       growth_count: finite steps since the scale last changed, in ``[0, growth_interval)``.
-      applied_count: steps whose (finite) updates were applied.
+      applied_count: steps whose (finite) updates were applied; the steps skipped are the
+        calls to ``update`` minus this (`optx.optimizers.LossScaleOptimizer` shows them as
+        ``skipped_steps``).
       inner_state: the wrapped transform's state (unchanged by a skipped step).
       hyperparams: ``{"initial_scale": ...}``, read by ``init`` only.
     """
@@ -134,6 +139,7 @@ class DynamicLossScale(Transform):
     """See `dynamic_loss_scale`."""
 
     name = "dynamic_loss_scale"
+    elementwise = True
     # The scale itself changes every step and lives in the state, not among these.
     hyperparams = ("initial_scale",)
     ranges: ClassVar[dict[str, tuple[str, Any]]] = {"initial_scale": hp.POSITIVE}
@@ -178,7 +184,7 @@ class DynamicLossScale(Transform):
             return call_update(self.inner, accepts, grads, state.inner_state, params, extra)
 
         def skip(_: None) -> tuple[Updates, OptState]:
-            return tree_lib.zeros_like(updates), state.inner_state
+            return no_change(updates), state.inner_state
 
         # Only the branch taken runs: a skipped step does not compute the inner update.
         new_updates, inner_state = jax.lax.cond(finite, apply, skip, None)
@@ -206,7 +212,8 @@ def dynamic_loss_scale(
     is of :math:`s \cdot L` with :math:`s` the current scale. If they are all finite,
     ``inner`` is applied to :math:`g / s` (cast back to each leaf's dtype); then :math:`s`
     doubles if this is the ``growth_interval``-th finite step in a row since it last changed.
-    If any is a NaN or an infinity, the step is skipped (zero updates, ``inner``'s state
+    If any is a NaN or an infinity, the step is skipped (negative-zero updates, which
+    `optx.apply_updates` adds without changing a bit of the parameters; ``inner``'s state
     unchanged) and :math:`s` halves. ``None`` gradients are ignored.
 
     The scale lives in the state (it changes every step), not among the hyperparameters;
@@ -237,7 +244,7 @@ def dynamic_loss_scale(
       >>> updates["w"], float(optx.loss_scale(state))
       (Array([-1.], dtype=float32), 8.0)
       >>> updates, state = tx.update({"w": jnp.array([jnp.inf])}, state, params)
-      >>> updates["w"], float(optx.loss_scale(state))
+      >>> optx.apply_updates(params, updates)["w"], float(optx.loss_scale(state))
       (Array([0.], dtype=float32), 4.0)
     """
     return DynamicLossScale(inner, initial_scale, growth_interval)

@@ -44,6 +44,11 @@ class SkipMissing(Transform):
         accepts = accepts_extra(self.inner)
         leaves, treedef = jax.tree.flatten(updates, is_leaf=_is_placeholder)
         missing = [x is None for x in leaves]
+        if params is not None and any(missing):
+            # `None` where the parameters hold `None` too (an Equinox-style filtered tree) is
+            # no parameter, not a missing gradient.
+            like = _flatten_up_to(treedef, params)
+            missing = [m and p is not None for m, p in zip(missing, like, strict=True)]
         # Which leaves are `None` is known while tracing: without one this is `inner`.
         if not any(missing):
             return call_update(self.inner, accepts, updates, state, params, extra)

@@ -30,6 +30,7 @@ class Trace(Transform):
     """See `trace`."""
 
     name = "trace"
+    elementwise = True
     hyperparams = ("decay",)
     decay: float = 0.9
     nesterov: bool = False
@@ -137,6 +138,7 @@ class Ema(Transform):
     """See `ema`."""
 
     name = "ema"
+    elementwise = True
     hyperparams = ("decay",)
     decays = ("decay",)
     decay: float = 0.9

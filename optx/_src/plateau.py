@@ -43,6 +43,7 @@ class ReduceOnPlateau(Transform):
     """See `reduce_on_plateau`."""
 
     name = "reduce_on_plateau"
+    elementwise = True
     hyperparams = ("factor", "rtol", "atol", "min_scale")
     ranges: ClassVar[dict[str, tuple[str, Any]]] = {"factor": ("in (0, 1)", lambda v: 0 < v < 1)}
     factor: float = 0.1
@@ -79,6 +80,7 @@ class ReduceOnPlateau(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, ReduceOnPlateauState]:
+        checks.float_updates(f"{self.name}.update", updates)
         del params
         if "value" not in extra:
             raise TypeError(

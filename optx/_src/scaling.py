@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from optx._src import checks, sparse
 from optx._src import hyperparams as hp
 from optx._src.base import (
     Params,
@@ -18,14 +19,22 @@ from optx._src.base import (
     transform,
     zero_count,
 )
-from optx._src.tree import is_none
 
 
 def scale_tree(updates: Updates, factor: jax.Array) -> Updates:
-    """Multiplies every update by a scalar, keeping each leaf's dtype (None stays None)."""
-    return jax.tree.map(
-        lambda u: None if u is None else (u * factor).astype(u.dtype), updates, is_leaf=is_none
-    )
+    """Multiplies every update by a scalar, keeping each leaf's dtype (None stays None).
+
+    A row-sparse leaf stays row-sparse (its values are scaled).
+    """
+
+    def leaf(u: Any) -> Any:
+        if u is None:
+            return None
+        if isinstance(u, sparse.RowSparse):
+            return sparse.scale(u, factor)
+        return (u * factor).astype(u.dtype)
+
+    return jax.tree.map(leaf, updates, is_leaf=sparse.is_update_leaf)
 
 
 class ScaleState(NamedTuple):
@@ -39,6 +48,8 @@ class Scale(Transform):
     """See `scale`."""
 
     name = "scale"
+    elementwise = True
+    row_sparse = True
     hyperparams = ("step_size",)
     step_size: float = 1.0
 
@@ -49,6 +60,7 @@ class Scale(Transform):
     def update(
         self, updates: Updates, state: ScaleState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, ScaleState]:
+        checks.float_updates(f"{self.name}.update", updates)
         del params, extra
         return scale_tree(updates, state.hyperparams["step_size"]), state
 
@@ -86,6 +98,8 @@ class ScaleByLearningRate(Transform):
     """See `scale_by_learning_rate`."""
 
     name = "scale_by_learning_rate"
+    elementwise = True
+    row_sparse = True
     hyperparams = ("learning_rate",)
     learning_rate: ScalarOrSchedule = 1e-3
     flip_sign: bool = True
@@ -105,6 +119,7 @@ class ScaleByLearningRate(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, ScaleByLearningRateState]:
+        checks.float_updates(f"{self.name}.update", updates)
         del params, extra
         lr = self.current(state)
         updates = scale_tree(updates, -lr if self.flip_sign else lr)
@@ -142,6 +157,8 @@ class ScaleBySchedule(Transform):
     """See `scale_by_schedule`."""
 
     name = "scale_by_schedule"
+    elementwise = True
+    row_sparse = True
     step_size_fn: Schedule = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -162,6 +179,7 @@ class ScaleBySchedule(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, ScaleByLearningRateState]:
+        checks.float_updates(f"{self.name}.update", updates)
         del params, extra
         factor = jnp.asarray(self.step_size_fn(state.count), jnp.float32)
         return scale_tree(updates, factor), state._replace(count=safe_increment(state.count))

@@ -41,6 +41,7 @@ class AddDecayedWeights(Transform):
     """See `add_decayed_weights`."""
 
     name = "add_decayed_weights"
+    elementwise = True
     hyperparams = ("weight_decay",)
     weight_decay: float = 0.0
 
@@ -65,10 +66,11 @@ class AddDecayedWeights(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, AddDecayedWeightsState]:
+        checks.float_updates(f"{self.name}.update", updates)
         del extra
         api = f"{self.name}.update"
         checks.needs_params(api, params)
-        checks.same_tree(api, updates, params, "updates", "params")
+        checks.same_tree(api, updates, params, "updates", "params", allow_none=True)
         wd = state.hyperparams["weight_decay"]
         updates = jax.tree.map(
             lambda u, p: None if u is None else (u + wd * p).astype(u.dtype),
@@ -156,7 +158,7 @@ class DecayBefore(Transform):
     ) -> tuple[Updates, DecayBeforeState]:
         api = f"{self.name}.update"
         checks.needs_params(api, params)
-        checks.same_tree(api, updates, params, "updates", "params")
+        checks.same_tree(api, updates, params, "updates", "params", allow_none=True)
         lr = hp.scheduled(self.learning_rate, state.hyperparams, "learning_rate", state.count)
         wd = state.hyperparams["weight_decay"]
         mask = (

@@ -30,6 +30,7 @@ class ScaleByAdaDelta(Transform):
     """See `scale_by_adadelta`."""
 
     name = "scale_by_adadelta"
+    elementwise = True
     hyperparams = ("rho", "eps")
     decays = ("rho",)
     ranges: ClassVar[dict[str, tuple[str, Any]]] = {"rho": hp.UNIT_OPEN}

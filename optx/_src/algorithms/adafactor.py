@@ -93,6 +93,12 @@ class FactoredState(NamedTuple):
     hyperparams: dict[str, jax.Array]
 
 
+def _scalar(leaf: Any) -> Any:
+    # Stands for a leaf when only the tree structure is compared (non-arrays stay, so that
+    # `checks.same_tree` names them).
+    return np.zeros((), leaf.dtype) if hasattr(leaf, "shape") else leaf
+
+
 @transform
 class ScaleByFactoredRMS(Transform):
     """See `scale_by_factored_rms`."""
@@ -155,7 +161,7 @@ class ScaleByFactoredRMS(Transform):
         del params, extra
         api = f"{self.name}.update"
         # The statistics are not shaped like the updates: compare structures, then shapes.
-        scalars = (jax.tree.map(lambda _: 0, updates), jax.tree.map(lambda _: 0, state.v))
+        scalars = (jax.tree.map(_scalar, updates), jax.tree.map(_scalar, state.v))
         checks.same_tree(api, *scalars, "updates", "the state")
         for path, g, row, col, v in _with_paths(updates, state.v_row, state.v_col, state.v):
             if _slot_shapes(self._dims(g.shape), g.shape) != (row.shape, col.shape, v.shape):
@@ -300,6 +306,7 @@ class ScaleByParamBlockRMS(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, ScaleByParamBlockRMSState]:
+        checks.float_updates(f"{self.name}.update", updates)
         del extra
         api = f"{self.name}.update"
         checks.needs_params(api, params)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from optx._src import checks
+from optx._src import checks, sparse
 from optx._src import hyperparams as hp
 from optx._src.algorithms.rmsprop import full_like, normalise
 from optx._src.base import Params, ScalarOrSchedule, Transform, Updates, transform
@@ -28,6 +28,8 @@ class ScaleByRss(Transform):
     """See `scale_by_rss`."""
 
     name = "scale_by_rss"
+    elementwise = True
+    row_sparse = True
     hyperparams = ("initial_accumulator_value", "eps")
     ranges: ClassVar[dict[str, tuple[str, Any]]] = {"initial_accumulator_value": hp.NONNEG}
     initial_accumulator_value: float = 0.1
@@ -56,15 +58,24 @@ class ScaleByRss(Transform):
         )
         eps = state.hyperparams["eps"]
 
-        def leaf(g: jax.Array, a: jax.Array) -> tuple[jax.Array, jax.Array]:
-            new_a = jnp.square(g) + a
+        def rule(g: jax.Array, new_a: jax.Array) -> jax.Array:
             # An accumulator still at zero (zero start, zero gradients) gives a zero update,
             # not 0/0.
-            u = jnp.where(new_a > 0, normalise(g, new_a, eps, self.eps_in_sqrt), 0.0)
-            return u.astype(g.dtype), new_a.astype(a.dtype)
+            return jnp.where(new_a > 0, normalise(g, new_a, eps, self.eps_in_sqrt), 0.0)
 
-        pairs = jax.tree.map(leaf, updates, state.sum_of_squares)
-        treedef = jax.tree.structure(updates)
+        def leaf(g: Any, a: jax.Array) -> tuple[Any, jax.Array]:
+            if isinstance(g, sparse.RowSparse):
+                # Rows without gradient keep their sum and get a zero update, as in the
+                # dense update: only the given rows are read and written.
+                g = sparse.coalesce(g)
+                a, new_rows = sparse.put(a, g, jnp.square(g.values) + sparse.gather(a, g))
+                u = rule(g.values, new_rows).astype(g.values.dtype)
+                return sparse.with_values(g, g.indices, u), a
+            new_a = jnp.square(g) + a
+            return rule(g, new_a).astype(g.dtype), new_a.astype(a.dtype)
+
+        pairs = jax.tree.map(leaf, updates, state.sum_of_squares, is_leaf=sparse.is_row_sparse)
+        treedef = jax.tree.structure(updates, is_leaf=sparse.is_row_sparse)
         flat = treedef.flatten_up_to(pairs)
         u = jax.tree.unflatten(treedef, [p[0] for p in flat])
         sums = jax.tree.unflatten(treedef, [p[1] for p in flat])

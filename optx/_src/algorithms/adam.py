@@ -134,6 +134,7 @@ class ScaleByAdam(Transform):
     """See `scale_by_adam`."""
 
     name = "scale_by_adam"
+    elementwise = True
     hyperparams = ("b1", "b2", "eps", "eps_root", "momentum_decay")
     decays = ("b1", "b2")
     ranges: ClassVar[dict[str, tuple[str, Any]]] = {"momentum_decay": hp.NONNEG}

@@ -35,6 +35,7 @@ class ScaleByAdamax(Transform):
     """See `scale_by_adamax`."""
 
     name = "scale_by_adamax"
+    elementwise = True
     hyperparams = ("b1", "b2", "eps")
     # b2 scales a maximum, not an average: it is stored as it is.
     decays = ("b1",)

@@ -39,6 +39,7 @@ class ScaleByAdan(Transform):
     """See `scale_by_adan`."""
 
     name = "scale_by_adan"
+    elementwise = True
     hyperparams = ("b1", "b2", "b3", "eps", "eps_root")
     decays = ("b1", "b2", "b3")
     ranges: ClassVar[dict[str, tuple[str, Any]]] = {"b3": hp.UNIT_OPEN}

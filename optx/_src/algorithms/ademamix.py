@@ -41,6 +41,7 @@ class ScaleByAdemamix(Transform):
     """See `scale_by_ademamix`."""
 
     name = "scale_by_ademamix"
+    elementwise = True
     hyperparams = ("b1", "b2", "b3", "alpha", "eps", "eps_root")
     decays = ("b1", "b2", "b3")
     ranges: ClassVar[dict[str, tuple[str, Any]]] = {"b3": hp.UNIT_OPEN, "alpha": hp.NONNEG}

@@ -45,6 +45,7 @@ class ScaleByAdopt(Transform):
     """See `scale_by_adopt`."""
 
     name = "scale_by_adopt"
+    elementwise = True
     hyperparams = ("b1", "b2", "eps")
     decays = ("b1", "b2")
     b1: float = 0.9

@@ -40,6 +40,7 @@ class ScaleByAmsgrad(Transform):
     """See `scale_by_amsgrad`."""
 
     name = "scale_by_amsgrad"
+    elementwise = True
     hyperparams = ("b1", "b2", "eps", "eps_root")
     decays = ("b1", "b2")
     b1: float = 0.9

@@ -45,6 +45,7 @@ class ScaleByBelief(Transform):
     """See `scale_by_belief`."""
 
     name = "scale_by_belief"
+    elementwise = True
     hyperparams = ("b1", "b2", "eps", "eps_root")
     decays = ("b1", "b2")
     b1: float = 0.9
@@ -204,6 +205,7 @@ class ScaleByYogi(Transform):
     """See `scale_by_yogi`."""
 
     name = "scale_by_yogi"
+    elementwise = True
     hyperparams = ("b1", "b2", "eps", "eps_root", "initial_accumulator_value")
     decays = ("b1", "b2")
     ranges: ClassVar[dict[str, tuple[str, Any]]] = {"initial_accumulator_value": hp.NONNEG}

@@ -41,6 +41,7 @@ class ScaleByFtrl(Transform):
     """See `scale_by_ftrl`."""
 
     name = "scale_by_ftrl"
+    elementwise = True
     hyperparams = (
         "learning_rate",
         "learning_rate_power",

@@ -82,6 +82,7 @@ class ScaleByTrustRatio(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, ScaleByTrustRatioState]:
+        checks.float_updates(f"{self.name}.update", updates)
         del extra
         api = f"{self.name}.update"
         checks.needs_params(api, params)
@@ -310,6 +311,7 @@ class FromageStep(ScaleByLearningRate):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, ScaleByLearningRateState]:
+        checks.float_updates(f"{self.name}.update", updates)
         del extra
         api = f"{self.name}.update"
         checks.needs_params(api, params)

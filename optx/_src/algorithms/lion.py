@@ -34,6 +34,7 @@ class ScaleBySign(Transform):
     """See `scale_by_sign`."""
 
     name = "scale_by_sign"
+    elementwise = True
 
     def init(self, params: Params) -> EmptyState:
         del params
@@ -42,6 +43,7 @@ class ScaleBySign(Transform):
     def update(
         self, updates: Updates, state: EmptyState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, EmptyState]:
+        checks.float_updates(f"{self.name}.update", updates)
         del params, extra
         return jax.tree.map(
             lambda u: None if u is None else jnp.sign(u), updates, is_leaf=is_none
@@ -163,6 +165,7 @@ class ScaleByLion(Transform):
     """See `scale_by_lion`."""
 
     name = "scale_by_lion"
+    elementwise = True
     hyperparams = ("b1", "b2", "smooth_beta")
     decays = ("b1", "b2")
     # b1 interpolates between the momentum and the gradient: both ends are meaningful.

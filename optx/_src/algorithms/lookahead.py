@@ -48,6 +48,7 @@ class Lookahead(Transform):
     """See `lookahead`."""
 
     name = "lookahead"
+    elementwise = True
     hyperparams = ("slow_step_size",)
     ranges: ClassVar[dict[str, tuple[str, Any]]] = {"slow_step_size": hp.UNIT_CLOSED}
     fast_optimizer: GradientTransformationLike = None  # type: ignore[assignment]
@@ -77,6 +78,7 @@ class Lookahead(Transform):
         api = f"{self.name}.update"
         checks.needs_params(api, params)
         checks.same_tree(api, updates, state.slow, "updates", "the state")
+        checks.same_tree(api, params, state.slow, "params", "the state")
         fast = self.fast_optimizer
         steps, fast_state = call_update(
             fast, accepts_extra(fast), updates, state.fast_state, params, extra

@@ -284,6 +284,7 @@ class ScaleByShape(Transform):
     def update(
         self, updates: Updates, state: ScaleByShapeState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, ScaleByShapeState]:
+        checks.float_updates(f"{self.name}.update", updates)
         del params, extra
         matrices_only(f"{self.name}.update", updates)
 
@@ -473,16 +474,26 @@ def muon(
             add_decayed_weights(weight_decay, weight_decay_mask),
             scale_by_learning_rate(learning_rate),
         )
-        adam_branch = adamw(
-            learning_rate if adam_learning_rate is None else adam_learning_rate,
-            adam_b1,
-            adam_b2,
-            eps,
-            adam_eps_root,
-            mu_dtype,
-            adam_weight_decay,
-            nesterov=adam_nesterov,
-            nu_dtype=nu_dtype,
-            eps_placement=adam_eps_placement,
-        )
+        # Errors of the AdamW branch name the `adam_*` arguments the user gave.
+        adam_names = {
+            "b1": "adam_b1",
+            "b2": "adam_b2",
+            "eps_root": "adam_eps_root",
+            "weight_decay": "adam_weight_decay",
+        }
+        if adam_learning_rate is not None:
+            adam_names["learning_rate"] = "adam_learning_rate"
+        with hp.caller("muon", adam_names):
+            adam_branch = adamw(
+                learning_rate if adam_learning_rate is None else adam_learning_rate,
+                adam_b1,
+                adam_b2,
+                eps,
+                adam_eps_root,
+                mu_dtype,
+                adam_weight_decay,
+                nesterov=adam_nesterov,
+                nu_dtype=nu_dtype,
+                eps_placement=adam_eps_placement,
+            )
         return partition({"muon": muon_branch, "adam": adam_branch}, MuonLabels(mask))

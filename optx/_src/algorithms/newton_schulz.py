@@ -6,6 +6,7 @@ checks of its arguments and of the leaves it is given.
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -57,14 +58,23 @@ def ns_coeffs_option(api: str, value: Any, ns_steps: int) -> tuple[Any, ...]:
         value = NS_COEFFS_PRESETS[value]
     single = _triple(value)
     if single is not None:
-        return single
-    rows = [_triple(r) for r in value] if isinstance(value, tuple | list) and value else [None]
+        rows = [single]
+    elif isinstance(value, tuple | list) and value:
+        rows = [_triple(r) for r in value]
+    else:
+        rows = [None]
     if any(r is None for r in rows):
         raise ValueError(
             f"`{hp.current(api)}` needs ns_coeffs to be a triple (a, b, c), a sequence of "
             f"triples (one per step) or a preset name ({', '.join(map(repr, NS_COEFFS_PRESETS))}"
             f"). Received: ns_coeffs={value!r}."
         )
+    if not all(math.isfinite(c) for row in rows for c in row):  # type: ignore[union-attr]
+        raise ValueError(
+            f"`{hp.current(api)}` needs finite ns_coeffs. Received: ns_coeffs={value!r}."
+        )
+    if single is not None:
+        return single
     if len(rows) < ns_steps:
         raise ValueError(
             f"`{hp.current(api)}` needs at least ns_steps triples in ns_coeffs. "

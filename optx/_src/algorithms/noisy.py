@@ -100,6 +100,7 @@ class AddNoise(Transform):
         self, updates: Updates, state: AddNoiseState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, AddNoiseState]:
         del params, extra
+        checks.float_updates(f"{self.name}.update", updates)
         h = state.hyperparams
         count = safe_increment(state.count)
         std = jnp.sqrt(h["eta"] / count.astype(jnp.float32) ** h["gamma"])

@@ -37,6 +37,7 @@ class ScaleByOptimisticGradient(Transform):
     """See `scale_by_optimistic_gradient`."""
 
     name = "scale_by_optimistic_gradient"
+    elementwise = True
     hyperparams = ("alpha", "beta")
     alpha: float = 1.0
     beta: float = 1.0

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from optx._src import checks
 from optx._src import hyperparams as hp
 from optx._src.base import Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.combine import Chain, chain
@@ -29,6 +30,7 @@ class ScaleByPolyak(Transform):
     """See `scale_by_polyak`."""
 
     name = "scale_by_polyak"
+    elementwise = True
     hyperparams = ("f_min", "max_learning_rate", "eps")
     ranges: ClassVar[dict[str, tuple[str, Any]]] = {"max_learning_rate": hp.NONNEG}
     f_min: float = 0.0
@@ -55,6 +57,7 @@ class ScaleByPolyak(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, ScaleByPolyakState]:
+        checks.float_updates(f"{self.name}.update", updates)
         del params
         value = extra.get("value")
         api = f"{self.name}.update"

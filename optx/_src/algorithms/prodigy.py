@@ -60,6 +60,7 @@ class ScaleByProdigy(Transform):
     """See `scale_by_prodigy`."""
 
     name = "scale_by_prodigy"
+    elementwise = True
     hyperparams = (
         "learning_rate",
         "b1",
@@ -95,10 +96,11 @@ class ScaleByProdigy(Transform):
         object.__setattr__(self, "safeguard_warmup", flag)
 
     def hyperparam_names(self) -> tuple[str, ...]:
+        # Only beta3 may be None (sqrt(b2)); any other None is checked, and refused.
         return tuple(
             f
             for f in self.hyperparams
-            if not callable(getattr(self, f)) and getattr(self, f) is not None
+            if not callable(getattr(self, f)) and not (f == "beta3" and self.beta3 is None)
         )
 
     def init_hyperparams(self) -> dict[str, jax.Array]:
@@ -251,17 +253,18 @@ def scale_by_prodigy(
             f"`{hp.current('scale_by_prodigy')}` needs betas to be a pair (b1, b2). "
             f"Received: betas={betas!r}."
         )
-    return ScaleByProdigy(
-        learning_rate,
-        betas[0],
-        betas[1],
-        beta3,
-        eps,
-        estim_lr0,
-        estim_lr_coef,
-        weight_decay,
-        safeguard_warmup,
-    )
+    with hp.caller("scale_by_prodigy", {"b1": "betas[0]", "b2": "betas[1]"}):
+        return ScaleByProdigy(
+            learning_rate,
+            betas[0],
+            betas[1],
+            beta3,
+            eps,
+            estim_lr0,
+            estim_lr_coef,
+            weight_decay,
+            safeguard_warmup,
+        )
 
 
 def prodigy(

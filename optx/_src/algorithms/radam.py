@@ -60,6 +60,7 @@ class ScaleByRadam(Transform):
     """See `scale_by_radam`."""
 
     name = "scale_by_radam"
+    elementwise = True
     hyperparams = ("b1", "b2", "eps", "eps_root", "threshold")
     decays = ("b1", "b2")
     # The rectifier is real for rho_t >= 4 (and rho_t < 2, which a threshold cannot select).

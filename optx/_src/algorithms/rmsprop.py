@@ -58,6 +58,7 @@ class ScaleByRms(Transform):
     """See `scale_by_rms`."""
 
     name = "scale_by_rms"
+    elementwise = True
     hyperparams = ("decay", "eps", "initial_scale")
     decays = ("decay",)
     ranges: ClassVar[dict[str, tuple[str, Any]]] = {
@@ -169,6 +170,7 @@ class ScaleByStddev(Transform):
     """See `scale_by_stddev`."""
 
     name = "scale_by_stddev"
+    elementwise = True
     hyperparams = ("decay", "eps", "initial_scale")
     decays = ("decay",)
     ranges: ClassVar[dict[str, tuple[str, Any]]] = {

@@ -29,6 +29,7 @@ class ScaleByRprop(Transform):
     """See `scale_by_rprop`."""
 
     name = "scale_by_rprop"
+    elementwise = True
     hyperparams = ("learning_rate", "eta_minus", "eta_plus", "min_step_size", "max_step_size")
     ranges: ClassVar[dict[str, tuple[str, Any]]] = {
         "eta_minus": hp.UNIT_CLOSED,

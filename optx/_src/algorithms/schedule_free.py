@@ -72,6 +72,7 @@ class ScheduleFree(Transform):
     """See `schedule_free`."""
 
     name = "schedule_free"
+    elementwise = True
     hyperparams = ("learning_rate", "b1", "weight_lr_power")
     decays = ("b1",)
     ranges: ClassVar[dict[str, tuple[str, Any]]] = {
@@ -343,10 +344,9 @@ def schedule_free_adamw(
     """
     with hp.caller("schedule_free_adamw"):
         learning_rate = _warmup("schedule_free_adamw", learning_rate, warmup_steps)
-        base = chain(
-            scale_by_rms(b2, eps, eps_in_sqrt=False, bias_correction=True, nu_dtype=nu_dtype),
-            add_decayed_weights(weight_decay),
-        )
+        with hp.caller("schedule_free_adamw", {"decay": "b2"}):
+            rms = scale_by_rms(b2, eps, eps_in_sqrt=False, bias_correction=True, nu_dtype=nu_dtype)
+        base = chain(rms, add_decayed_weights(weight_decay))
         return schedule_free(
             base,
             learning_rate,

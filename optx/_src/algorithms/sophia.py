@@ -231,6 +231,7 @@ class ScaleBySophia(Transform):
         api = f"{self.name}.update"
         checks.needs_params(api, params)
         checks.same_tree(api, updates, state.mu, "updates", "the state")
+        checks.same_tree(api, params, state.mu, "params", "the state")
         estimator = self.hessian_diagonal_fn
         if isinstance(estimator, HutchinsonEstimator) and extra.get("obj_fn") is None:
             raise _missing_obj_fn(api)

@@ -23,6 +23,8 @@ import numpy as np
 from jax.core import Tracer
 from jax.typing import ArrayLike
 
+from optx._src import reprs
+
 _REGISTRY: dict[str, type[Schedule]] = {}
 S = TypeVar("S", bound="type[Schedule]")
 
@@ -153,10 +155,11 @@ def from_config(config: Mapping[str, Any]) -> Schedule:
     """
     if not isinstance(config, Mapping) or "class_name" not in config:
         raise ValueError(
-            f"`from_config` needs a dict with 'class_name' and 'config' keys. Received: {config!r}."
+            f"`from_config` needs a dict with 'class_name' and 'config' keys. "
+            f"Received: {reprs.short(config)}."
         )
     name = config["class_name"]
-    if name not in _REGISTRY:
+    if not isinstance(name, str) or name not in _REGISTRY:
         close = difflib.get_close_matches(str(name), _REGISTRY, n=1)
         hint = (
             f"Did you mean {close[0]!r}?"
@@ -165,25 +168,27 @@ def from_config(config: Mapping[str, Any]) -> Schedule:
         )
         raise ValueError(
             f"`from_config` needs the class_name of a known schedule. "
-            f"Received: class_name={name!r}. {hint}"
+            f"Received: class_name={reprs.short(name)}. {hint}"
         )
     inner = config.get("config", {})
     if not isinstance(inner, Mapping):
         raise ValueError(
-            f"`from_config` needs 'config' to be a dict of arguments. Received: config={inner!r}."
+            f"`from_config` needs 'config' to be a dict of arguments. "
+            f"Received: config={reprs.short(inner)}."
         )
     cls = _REGISTRY[name]
     required, known = _arguments(cls)
-    unknown = sorted(set(inner) - set(known))
+    unknown = sorted((k for k in inner if k not in known), key=repr)
     if unknown:
         raise TypeError(
-            f"`from_config` got arguments that {name} does not take: {unknown}. It takes: {known}."
+            f"`from_config` got arguments that {name} does not take: "
+            f"{reprs.short(unknown)}. It takes: {known}."
         )
     missing = [key for key in required if key not in inner]
     if missing:
         raise TypeError(
             f"`from_config` needs every required argument of {name}. Missing: {missing}. "
-            f"Received: config={dict(inner)!r}."
+            f"Received: config={reprs.short(dict(inner))}."
         )
     return cls.from_config(inner)
 
@@ -225,9 +230,13 @@ def check_number(api: str, name: str, value: Any) -> float:
             f"Received: {name}={value!r}."
         )
     if isinstance(value, bool) or not isinstance(value, numbers.Real | np.generic | jax.Array):
-        raise TypeError(f"`{api}` needs {name} to be a real number. Received: {name}={value!r}.")
+        raise TypeError(
+            f"`{api}` needs {name} to be a real number. Received: {name}={reprs.short(value)}."
+        )
     if getattr(value, "shape", ()) != ():
-        raise TypeError(f"`{api}` needs {name} to be a scalar. Received: {name}={value!r}.")
+        raise TypeError(
+            f"`{api}` needs {name} to be a scalar. Received: {name}={reprs.short(value)}."
+        )
     number = float(value)
     if not math.isfinite(number):
         raise ValueError(f"`{api}` needs {name} to be finite. Received: {name}={value!r}.")
@@ -253,7 +262,9 @@ def check_nonnegative(api: str, name: str, value: Any) -> float:
 def check_steps(api: str, name: str, value: Any, minimum: int = 1) -> int:
     """A step count: an int >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"`{api}` needs {name} to be an int. Received: {name}={value!r}.")
+        raise TypeError(
+            f"`{api}` needs {name} to be an int. Received: {name}={reprs.short(value)}."
+        )
     if value < minimum:
         raise ValueError(f"`{api}` needs {name} >= {minimum}. Received: {name}={value!r}.")
     return int(value)

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from optx._src import reprs
 from optx._src.schedules.base import (
     Schedule,
     check_nonnegative,
@@ -45,7 +46,9 @@ def _steps(api: str, name: str, value: Any, positive: bool = True) -> int | floa
 
 def _flag(api: str, name: str, value: Any) -> bool:
     if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"`{api}` needs {name} to be a bool. Received: {name}={value!r}.")
+        raise TypeError(
+            f"`{api}` needs {name} to be a bool. Received: {name}={reprs.short(value)}."
+        )
     return bool(value)
 
 
@@ -54,7 +57,7 @@ def _numbers(api: str, name: str, value: Any) -> tuple:
         value = np.asarray(value).tolist()
     if isinstance(value, str) or not isinstance(value, Sequence):
         raise TypeError(
-            f"`{api}` needs {name} to be a list of numbers. Received: {name}={value!r}."
+            f"`{api}` needs {name} to be a list of numbers. Received: {name}={reprs.short(value)}."
         )
     return tuple(value)
 
@@ -123,6 +126,33 @@ class LearningRateSchedule(Schedule):
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> LearningRateSchedule:
         """Rebuilds a schedule from `get_config`'s dict: ``cls(**config)``."""
+        api = f"{cls.__name__}.from_config"
+        if not isinstance(config, Mapping):
+            raise TypeError(
+                f"`{api}` needs config to be a dict of arguments, as `get_config` returns. "
+                f"Received: config={reprs.short(config)}."
+            )
+        if dataclasses.is_dataclass(cls):
+            fields = [f for f in dataclasses.fields(cls) if f.init]
+            names = [f.name for f in fields]
+            unknown = [k for k in config if k not in names]
+            if unknown:
+                raise TypeError(
+                    f"`{api}` got arguments that {cls.__name__} does not take: "
+                    f"{reprs.short(unknown)}. It takes: {names}."
+                )
+            lacking = [
+                f.name
+                for f in fields
+                if f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING
+                and f.name not in config
+            ]
+            if lacking:
+                raise TypeError(
+                    f"`{api}` needs the arguments {lacking} of {cls.__name__}, which the "
+                    f"config lacks. Received: config={reprs.short(dict(config))}."
+                )
         return cls(**config)
 
     def __repr__(self) -> str:

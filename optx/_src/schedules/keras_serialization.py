@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from optx._src import reprs
 from optx._src.schedules import base
 from optx._src.schedules.base import Schedule
 from optx._src.schedules.keras import _MODULE, LearningRateSchedule
@@ -91,29 +92,37 @@ def deserialize(
     """
     if not isinstance(config, Mapping):
         raise TypeError(
-            f"`deserialize` needs a dict such as `serialize` returns. Received: config={config!r}."
+            f"`deserialize` needs a dict such as `serialize` returns. "
+            f"Received: config={reprs.short(config)}."
         )
     missing = [key for key in ("class_name", "config") if key not in config]
     if missing:
         raise ValueError(
             f"`deserialize` needs the keys 'class_name' and 'config'. Missing: {missing}. "
-            f"Received: config={dict(config)!r}."
+            f"Received: config={reprs.short(dict(config))}."
         )
     class_name, inner = config["class_name"], config["config"]
     if not isinstance(class_name, str):
         raise TypeError(
-            f"`deserialize` needs class_name to be a string. Received: class_name={class_name!r}."
+            f"`deserialize` needs class_name to be a string. "
+            f"Received: class_name={reprs.short(class_name)}."
+        )
+    if isinstance(inner, Mapping) and not all(isinstance(k, str) for k in inner):
+        raise TypeError(
+            f"`deserialize` needs argument names (strings) as the keys of 'config'. "
+            f"Received: config={reprs.short(inner)}."
         )
     if not isinstance(inner, Mapping):
         raise TypeError(
-            f"`deserialize` needs 'config' to be a dict of arguments. Received: config={inner!r}."
+            f"`deserialize` needs 'config' to be a dict of arguments. "
+            f"Received: config={reprs.short(inner)}."
         )
     if custom_objects is None:
         custom_objects = {}
     if not isinstance(custom_objects, Mapping):
         raise TypeError(
             f"`deserialize` needs custom_objects to be a dict of classes by name. "
-            f"Received: custom_objects={custom_objects!r}."
+            f"Received: custom_objects={reprs.short(custom_objects)}."
         )
     known = base.registered()
     key, registered_name = class_name, config.get("registered_name")
@@ -122,8 +131,9 @@ def deserialize(
     cls: Any = custom_objects.get(key)
     if cls is not None and not callable(getattr(cls, "from_config", None)):
         raise TypeError(
-            f"`deserialize` needs custom_objects[{key!r}] to be a class with `from_config`. "
-            f"Received: {cls!r}."
+            f"`deserialize` needs custom_objects[{reprs.short(key)}] to be a class with "
+            f"`from_config`. "
+            f"Received: {reprs.short(cls)}."
         )
     if cls is None and class_name in known:
         cls = known[class_name]
@@ -131,9 +141,10 @@ def deserialize(
             return base.from_config({"class_name": class_name, "config": inner})
     if cls is None:
         raise ValueError(
-            f"`deserialize` does not know the schedule class_name={class_name!r}. Known: "
+            f"`deserialize` does not know the schedule "
+            f"class_name={reprs.short(class_name)}. Known: "
             f"{sorted(set(known) | set(custom_objects))}. Pass custom_objects="
-            f"{{{class_name!r}: YourClass}} for a class of your own."
+            f"{{{reprs.short(class_name)}: YourClass}} for a class of your own."
         )
     rebuild = cls.from_config
     if dataclasses.is_dataclass(cls):
@@ -141,7 +152,8 @@ def deserialize(
         unknown = sorted(set(inner) - {f.name for f in fields})
         if unknown:
             raise TypeError(
-                f"`deserialize` got arguments that {class_name} does not take: {unknown}. "
+                f"`deserialize` got arguments that {class_name} does not take: "
+                f"{reprs.short(unknown)}. "
                 f"It takes: {[f.name for f in fields]}."
             )
         needed = [f.name for f in fields if f.default is dataclasses.MISSING]
@@ -149,6 +161,6 @@ def deserialize(
         if lacking:
             raise TypeError(
                 f"`deserialize` needs the arguments {lacking} of {class_name}, which the "
-                f"config lacks. Received: config={dict(inner)!r}."
+                f"config lacks. Received: config={reprs.short(dict(inner))}."
             )
     return rebuild(dict(inner))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import numbers
 import re
 from collections.abc import Callable, Mapping
@@ -14,6 +15,7 @@ import jax.numpy as jnp
 
 from optx._src import constraints as constraints_lib
 from optx._src import projections as projections_lib
+from optx._src import reprs
 from optx._src.base import Params
 from optx._src.constraints import Constraint
 from optx._src.schedules.base import Schedule
@@ -104,13 +106,83 @@ def number(api: str, name: str, value: Any, *, allow_none: bool = True) -> float
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"`{api}` needs {name} to be a number. Received: {name}={value!r}.")
+        raise ValueError(
+            f"`{api}` needs {name} to be a number. Received: {name}={reprs.short(value)}."
+        )
     value = float(value)
     if not value >= 0 or value == float("inf"):
         raise ValueError(
             f"`{api}` needs {name} to be a non-negative finite number. Received: {name}={value!r}."
         )
     return value
+
+
+def config_arguments(
+    api: str, config: Any, cls: type | None = None, required: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Checks a `from_config` dict and returns a copy.
+
+    It must be a mapping with string keys, hold the ``required`` keys, and (when ``cls``
+    takes no ``**kwargs``) only arguments of ``cls``.
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(
+            f"`{api}` needs config to be a dict of arguments, as `get_config` returns. "
+            f"Received: config={reprs.short(config)}."
+        )
+    bad = [k for k in config if not isinstance(k, str)]
+    if bad:
+        raise TypeError(
+            f"`{api}` needs the keys of config to be argument names (strings). "
+            f"Received: key {reprs.short(bad[0])}."
+        )
+    missing = [k for k in required if k not in config]
+    if missing:
+        raise ValueError(
+            f"`{api}` needs config to hold {missing[0]!r}. "
+            f"Received: config with keys {reprs.short(list(config))}."
+        )
+    if cls is not None:
+        params = inspect.signature(cls.__init__).parameters
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            allowed = [n for n in params if n != "self"]
+            unknown = [k for k in config if k not in allowed]
+            if unknown:
+                raise TypeError(
+                    f"`{api}` got an unexpected argument {reprs.short(unknown[0])} in config. "
+                    f"Received: {reprs.name(unknown[0])}="
+                    f"{reprs.short(config[unknown[0]])}. Allowed: {', '.join(allowed)}."
+                )
+    return dict(config)
+
+
+def finite(api: str, name: str, value: Any) -> float:
+    """A finite real number (of any sign), as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"`{api}` needs {name} to be a real number. Received: {name}={reprs.short(value)}."
+        )
+    if not math.isfinite(value):
+        raise ValueError(f"`{api}` needs {name} to be finite. Received: {name}={value!r}.")
+    return float(value)
+
+
+def patterns(api: str, name: str, value: Any) -> tuple[str, ...]:
+    """``None``, a regular expression or a list of them, as a tuple."""
+    items = () if value is None else (value,) if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(v, str) for v in items):
+        raise TypeError(
+            f"`{api}` needs {name} to be None, a regular expression or a list of them. "
+            f"Received: {name}={reprs.short(value)}."
+        )
+    for pattern in items:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise ValueError(
+                f"`{api}` needs {name} to be regular expressions. Received: {pattern!r} ({error})."
+            ) from None
+    return tuple(items)
 
 
 def snake(name: str) -> str:
@@ -166,10 +238,10 @@ def deserialize_constraint(value: Any, custom_objects: Mapping[str, Any] | None 
     )
     if not (isinstance(cls, type) and issubclass(cls, Constraint)):
         raise ValueError(
-            f"`deserialize` got an unknown constraint {name!r}. Received: {value!r}; "
-            f"expected a class of optx.constraints or of custom_objects."
+            f"`deserialize` got an unknown constraint {reprs.short(name)}. Received: "
+            f"{reprs.short(value)}; expected a class of optx.constraints or of custom_objects."
         )
-    return cls.from_config(dict(value.get("config", {})))
+    return cls.from_config(config_arguments("deserialize", value.get("config", {})))
 
 
 def check_learning_rate(api: str, lr: Any) -> Any:
@@ -179,7 +251,7 @@ def check_learning_rate(api: str, lr: Any) -> Any:
     if isinstance(lr, bool) or not isinstance(lr, numbers.Real):
         raise ValueError(
             f"`{api}` needs learning_rate to be a float, a LearningRateSchedule or a "
-            f"callable. Received: learning_rate={lr!r}."
+            f"callable. Received: learning_rate={reprs.short(lr)}."
         )
     return number(api, "learning_rate", lr, allow_none=False)
 

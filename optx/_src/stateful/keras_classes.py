@@ -20,6 +20,7 @@ from optx._src.algorithms.sgd import sgd
 from optx._src.base import GradientTransformationLike
 from optx._src.clipping import ClipState
 from optx._src.momentum import TraceState
+from optx._src.stateful.keras_args import finite
 from optx._src.stateful.optimizer import Optimizer
 
 
@@ -106,6 +107,10 @@ class RMSprop(Optimizer):
         super().__init__(
             learning_rate, rho=rho, momentum=momentum, epsilon=epsilon, centered=centered, **kwargs
         )
+
+    def _check(self, api: str) -> None:
+        # Its range is checked by `rmsprop` (which it reaches as a float).
+        finite(api, "momentum", self._config["momentum"])
 
     def _core(self, lr: Any) -> GradientTransformationLike:
         c = self._config
@@ -298,6 +303,11 @@ class Adafactor(Optimizer):
         "clip_threshold": ("threshold", ClipState),
     }
     _hyper_convert: ClassVar[dict[str, Any]] = {"beta_2_decay": lambda v: -v}
+    _message_names: ClassVar[dict[str, str]] = {
+        "eps": "epsilon_1",
+        "min_scale": "epsilon_2",
+        "clipping_threshold": "clip_threshold",
+    }
 
     def __init__(
         self,
@@ -318,6 +328,14 @@ class Adafactor(Optimizer):
             relative_step=relative_step,
             **kwargs,
         )
+
+    def _check(self, api: str) -> None:
+        # Checked here, as `adafactor` sees its negation (decay_rate).
+        if finite(api, "beta_2_decay", self._config["beta_2_decay"]) > 0:
+            raise ValueError(
+                f"`{api}` needs beta_2_decay <= 0. "
+                f"Received: beta_2_decay={self._config['beta_2_decay']!r}."
+            )
 
     def _core(self, lr: Any) -> GradientTransformationLike:
         c = self._config

@@ -18,7 +18,7 @@ from optx._src.algorithms.muon import MuonState, scale_by_muon, scale_by_shape
 from optx._src.base import GradientTransformationLike, Params, identity
 from optx._src.combine import chain, partition
 from optx._src.scaling import scale, scale_by_learning_rate
-from optx._src.stateful.keras_args import DecayMask
+from optx._src.stateful.keras_args import DecayMask, finite, number, patterns
 from optx._src.stateful.optimizer import Optimizer
 from optx._src.tree import is_param, path_name
 from optx._src.weight_decay import DecayBeforeState, decay_before
@@ -93,6 +93,7 @@ class Muon(Optimizer):
         "epsilon": ("eps", ScaleByAdamState),
         "adam_weight_decay": ("weight_decay", DecayBeforeState),
     }
+    _message_names: ClassVar[dict[str, str]] = {"consistent_rms": "rms_rate"}
 
     def __init__(
         self,
@@ -118,6 +119,13 @@ class Muon(Optimizer):
         for key in ("self", "learning_rate", "kwargs", "__class__"):
             own.pop(key, None)
         super().__init__(learning_rate, **own, **kwargs)
+
+    def _check(self, api: str) -> None:
+        c = self._config
+        for name in ("muon_a", "muon_b", "muon_c"):
+            finite(api, name, c[name])
+        number(api, "adam_lr_ratio", c["adam_lr_ratio"], allow_none=False)
+        patterns(api, "exclude_layers", c["exclude_layers"])
 
     def _routing(self, select: str | None = None) -> MuonRouting:
         c = self._config

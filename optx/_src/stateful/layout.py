@@ -155,6 +155,27 @@ class Layout:
         return jax.tree.unflatten(self.treedef, leaves)
 
 
+def own_buffers(state: Any, params: Any) -> Any:
+    """``state`` with every array leaf its own buffer, distinct from each other and ``params``.
+
+    A step donates every state leaf: an ``init`` that puts one array object in two leaves
+    (``zeros = jnp.zeros_like(p); return State(a=zeros, b=zeros)``) or a parameter itself in
+    its state would have one buffer donated twice, or the caller's parameters donated. Such
+    a leaf is copied, once, where the wrapper stores the state (`build`).
+    """
+    seen = {id(x) for x in jax.tree.leaves(params)}
+
+    def own(leaf: Any) -> Any:
+        if not isinstance(leaf, jax.Array) or isinstance(leaf, jax.core.Tracer):
+            return leaf
+        if id(leaf) in seen:
+            return jnp.array(leaf, copy=True)
+        seen.add(id(leaf))
+        return leaf
+
+    return jax.tree.map(own, state)
+
+
 def check_keys(api: str, expected: list[str] | tuple[str, ...], values: Mapping[str, Any]) -> None:
     """Raises a `ValueError` naming the keys of ``values`` missing from ``expected`` or extra."""
     known = set(expected)

@@ -8,11 +8,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from optx._src import hyperparams as hp
 from optx._src.base import Params, find_states, identity
 from optx._src.combine import named_chain
 from optx._src.distributed import aggregate_gradients
 from optx._src.loss_scale import DynamicLossScaleState, dynamic_loss_scale
-from optx._src.stateful.keras_args import COMMON
+from optx._src.stateful.keras_args import COMMON, config_arguments, finite
 from optx._src.stateful.multi import _inner_check
 from optx._src.stateful.optimizer import Optimizer
 from optx._src.stateful.stateful import StatefulBase
@@ -24,7 +25,8 @@ class LossScaleOptimizer(StatefulBase):
     Keras's ``LossScaleOptimizer``.
 
     Scale the loss with `scale_loss`; a step whose gradients hold an infinity or a NaN is
-    skipped (the inner optimizer does not advance) and halves the scale; after
+    skipped (the parameters and the inner optimizer's variables stay bit for bit as they
+    were; `skipped_steps` counts it) and halves the scale; after
     ``dynamic_growth_steps`` finite steps in a row the scale doubles. Built on
     `optx.dynamic_loss_scale`.
 
@@ -46,8 +48,8 @@ class LossScaleOptimizer(StatefulBase):
       >>> w = {"w": jnp.zeros(1)}
       >>> w = opt.apply({"w": jnp.array([8.0])}, w)        # the gradient of 8 * loss
       >>> w = opt.apply({"w": jnp.array([jnp.inf])}, w)    # skipped; the scale halves
-      >>> w["w"], float(opt.loss_scale()), int(opt.iterations)
-      (Array([-1.], dtype=float32), 4.0, 1)
+      >>> w["w"], float(opt.loss_scale()), int(opt.iterations), int(opt.skipped_steps)
+      (Array([-1.], dtype=float32), 4.0, 1, 1)
     """
 
     _default_name = "loss_scale_optimizer"
@@ -87,12 +89,14 @@ class LossScaleOptimizer(StatefulBase):
             inner_optimizer._config["loss_scale_factor"] = None
             inner_optimizer._rebuild()
         self.inner_optimizer = inner_optimizer
-        self.initial_scale = float(initial_scale)
+        self.initial_scale = finite(api, "initial_scale", initial_scale)
         self.dynamic_growth_steps = dynamic_growth_steps
         self._initial_loss_scale = self.initial_scale
         self._tied = inner_optimizer._tied
         self._slot_aliases = inner_optimizer._slot_aliases
-        super().__init__(self._loss_scaled(), name, jit_compile=jit_compile)
+        with hp.caller(api, {"growth_interval": "dynamic_growth_steps"}):
+            transform = self._loss_scaled()
+        super().__init__(transform, name, jit_compile=jit_compile)
         inner_optimizer._owner = (self, "")
 
     def _prepare(self, params: Params, names_by_id: Mapping[int, str]) -> None:
@@ -145,10 +149,25 @@ class LossScaleOptimizer(StatefulBase):
         self._prepare_transform()
 
     def _steps_taken(self) -> jax.Array:
-        if not self.built:
-            return jnp.zeros((), jnp.int32)
-        (state,) = find_states(self._state, DynamicLossScaleState)
-        return jnp.asarray(state.applied_count)
+        with self._lock:
+            if not self.built:
+                return jnp.zeros((), jnp.int32)
+            (state,) = find_states(self._state, DynamicLossScaleState)
+            return jnp.array(state.applied_count, copy=True)
+
+    @property
+    def skipped_steps(self) -> jax.Array:
+        """The steps skipped for an infinity or a NaN in the gradients (int32).
+
+        Every call to `apply` (or `apply_gradients`, `stateless_apply`) is a step applied
+        (counted by `iterations`, in the inner optimizer's steps) or a step skipped: the
+        skipped ones are ``variables["iterations"]`` (every call, saturating at int32's
+        maximum) minus the applied ones.
+        """
+        with self._lock:
+            if not self.built:
+                return jnp.zeros((), jnp.int32)
+            return jnp.array(self._count, copy=True) - self._steps_taken()
 
     def get_config(self) -> dict[str, Any]:
         """``{name, inner_optimizer (serialised), initial_scale, dynamic_growth_steps}``."""
@@ -166,7 +185,8 @@ class LossScaleOptimizer(StatefulBase):
         """Rebuilds a `LossScaleOptimizer` from `get_config`."""
         from optx._src.stateful.serialization import deserialize
 
-        config = dict(config)
+        api = "LossScaleOptimizer.from_config"
+        config = config_arguments(api, config, cls, required=("inner_optimizer",))
         inner = deserialize(config.pop("inner_optimizer"), custom_objects)
         return cls(inner, **config)
 

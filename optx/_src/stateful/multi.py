@@ -13,6 +13,7 @@ import jax
 from optx._src.base import Params
 from optx._src.combine import chain, partition
 from optx._src.loss_scale import unscale_gradients
+from optx._src.stateful.keras_args import config_arguments
 from optx._src.stateful.optimizer import Optimizer
 from optx._src.stateful.stateful import StatefulBase
 from optx._src.tree import is_param, path_name
@@ -335,7 +336,8 @@ class MultiOptimizer(StatefulBase):
         """Rebuilds a `MultiOptimizer` from `get_config`."""
         from optx._src.stateful.serialization import deserialize
 
-        config = dict(config)
+        api = "MultiOptimizer.from_config"
+        config = config_arguments(api, config, cls, required=("optimizer_map",))
         mapping = config.pop("optimizer_map")
         if isinstance(mapping, Mapping):
             mapping = {k: deserialize(v, custom_objects) for k, v in mapping.items()}

@@ -14,15 +14,19 @@ Keras does.
 
 from __future__ import annotations
 
+import dataclasses
+import numbers
 import re
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from optx._src import hyperparams as hp
+from optx._src import reprs
 from optx._src.accumulate import accumulate_gradients
 from optx._src.base import GradientTransformationLike, Params, identity
 from optx._src.clipping import clip, clip_by_global_norm, clip_by_norm
@@ -42,6 +46,7 @@ from optx._src.stateful.keras_args import (
     KerasLearningRate,
     check_common,
     check_learning_rate,
+    config_arguments,
     deserialize_constraint,
     serialize_constraint,
     snake,
@@ -60,7 +65,8 @@ class Optimizer(SlotDeclarations, StatefulBase):
     Three ways to get one:
 
     * ``Optimizer(transform, name=None, **common)`` wraps any transform (optx's, optax's);
-      its learning rate is the one hyperparameter called ``learning_rate`` in its state.
+      its learning rate is the one hyperparameter called ``learning_rate`` in its state
+      (``Optimizer(transform=..., learning_rate=0.5)`` starts it at 0.5 instead).
     * The Keras classes (`Adam`, `SGD`, ...) translate their arguments into a chain.
     * A subclass of your own, written as for Keras: ``build(self, params)`` declares slots
       with `add_variable_from_reference` / `add_variable`, and a functional
@@ -121,6 +127,8 @@ class Optimizer(SlotDeclarations, StatefulBase):
     _hyper_convert: ClassVar[dict[str, Any]] = {}
     # Arguments read once, by `init`: not settable after build.
     _init_only: ClassVar[frozenset[str]] = frozenset()
+    # Building blocks' argument names shown in errors as this class's, beyond `_hyper_map`.
+    _message_names: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -151,20 +159,12 @@ class Optimizer(SlotDeclarations, StatefulBase):
             )
         if name is not None:
             kwargs["name"] = name
+        initial_lr = None
         if transform is not None:
             self._tied = ()
-            if kwargs.get("weight_decay") is not None:
-                raise TypeError(
-                    f"`{api}` wrapping a transform has no learning rate to multiply a "
-                    f"weight decay by. Received: weight_decay={kwargs['weight_decay']!r}. "
-                    f"Put optx.add_decayed_weights in the transform instead."
-                )
-            for key in ("lr", "decay"):
-                if key in kwargs:
-                    raise TypeError(
-                        f"`{api}` wrapping a transform takes no `{key}` (its learning rate "
-                        f"is the transform's). Received: {key}={kwargs[key]!r}."
-                    )
+            _check_wrapper_arguments(api, kwargs)
+            if learning_rate is not None:
+                initial_lr = _initial_learning_rate(api, transform, learning_rate)
         if "lr" in kwargs:
             warnings.warn(
                 "The `lr` argument is deprecated, use `learning_rate` instead.",
@@ -175,9 +175,11 @@ class Optimizer(SlotDeclarations, StatefulBase):
         allowed = {*self._defaults, *COMMON, *EXTRA, "name"}
         unknown = [k for k in kwargs if k not in allowed]
         if unknown:
+            key = unknown[0]
             raise TypeError(
-                f"`{api}` got an unexpected keyword argument {unknown[0]!r}. Received: "
-                f"{unknown[0]}={kwargs[unknown[0]]!r}. Allowed: {', '.join(sorted(allowed))}."
+                f"`{api}` got an unexpected keyword argument {reprs.short(key)}. Received: "
+                f"{reprs.name(key)}={reprs.short(kwargs[key])}. "
+                f"Allowed: {', '.join(sorted(allowed))}."
             )
         if learning_rate is None:
             learning_rate = self._default_learning_rate
@@ -185,6 +187,8 @@ class Optimizer(SlotDeclarations, StatefulBase):
         self._config.update(kwargs)
         if transform is None:
             self._config["learning_rate"] = check_learning_rate(api, learning_rate)
+        else:  # the transform's own, or the number it starts at (`InitialLearningRate`)
+            self._config["learning_rate"] = initial_lr
         check_common(api, self._config)
         self._check(api)
         self._excluded_patterns: tuple[str, ...] = ()
@@ -214,7 +218,9 @@ class Optimizer(SlotDeclarations, StatefulBase):
         d = self.__dict__
         if "_config" in d and "_state" in d and not name.startswith("_"):
             settable = {*self._defaults, *COMMON, *EXTRA} - {"jit_compile"}
-            if name in settable and d["_wrapped"] is None:
+            if name in settable:
+                if d["_wrapped"] is not None:
+                    _check_wrapper_arguments(type(self).__name__, {name: value})
                 attributes.set_argument(self, name, value)
                 return
             if self._is_custom() and attributes.set_custom(self, name, value):
@@ -253,7 +259,8 @@ class Optimizer(SlotDeclarations, StatefulBase):
     def _core(self, learning_rate: Any) -> GradientTransformationLike:
         """The optimizer's own step, learning rate included (the Keras classes override it)."""
         if self._wrapped is not None:
-            return self._wrapped
+            initial = self._config.get("learning_rate")
+            return self._wrapped if initial is None else InitialLearningRate(self._wrapped, initial)
         if self._is_custom():
             return CustomStep(_Ref(self), learning_rate, self._custom_values())
         raise NotImplementedError(
@@ -270,7 +277,7 @@ class Optimizer(SlotDeclarations, StatefulBase):
     def _build_transform(self, aggregate: bool = True) -> GradientTransformationLike:
         c = self._config
         lr = self._learning_rate_spec()
-        with hp.caller(type(self).__name__):
+        with hp.caller(type(self).__name__, self._argument_names()):
             inner = self._decay(self._core(lr), lr)
             clipping = self._clip_transform()
             if clipping is not None:
@@ -302,6 +309,12 @@ class Optimizer(SlotDeclarations, StatefulBase):
                 # After the EMA, as Keras applies `variable.constraint` last.
                 parts.append(("constraints", constrain(c["constraints"])))
             return parts[0][1] if len(parts) == 1 else named_chain(*parts)
+
+    @classmethod
+    def _argument_names(cls) -> dict[str, str]:
+        """Building blocks' argument names -> this class's (``"b1"`` -> ``"beta_1"``)."""
+        names = {public: own for own, (public, _) in cls._hyper_map.items()}
+        return {**names, **cls._message_names}
 
     def _step_transform(self, skip_aggregation: bool) -> GradientTransformationLike:
         if skip_aggregation and self._config["axis_name"] is not None:
@@ -448,10 +461,20 @@ class Optimizer(SlotDeclarations, StatefulBase):
 
         A float learning rate is its current value; a schedule is serialised. optx's
         extra options (``decay``, ``ema_start``, ``jit_compile``) appear only when set.
+
+        ``Optimizer(transform)``'s config holds the transform object itself (equal by its
+        configuration, not JSON), its current ``learning_rate`` when its state holds one
+        (once built, or when given), and the common arguments that differ from their
+        defaults: ``Optimizer.from_config`` rebuilds it, the learning rate included.
         """
         c = self._config
         if self._wrapped is not None:
             config = {"name": self.name, "transform": self._wrapped}
+            lr = c["learning_rate"]
+            if self.built and len(self._hyper_keys("learning_rate")) == 1:
+                lr = float(self.learning_rate)
+            if lr is not None:
+                config["learning_rate"] = lr
             config.update({k: c[k] for k, d in {**COMMON, **EXTRA}.items() if c[k] != d})
             return config
         lr = c["learning_rate"]
@@ -472,7 +495,7 @@ class Optimizer(SlotDeclarations, StatefulBase):
     @classmethod
     def from_config(cls, config: Mapping[str, Any], custom_objects: Any = None) -> Optimizer:
         """Rebuilds an optimizer from `get_config` (Keras's or tf.keras's, ``lr`` included)."""
-        config = dict(config)
+        config = config_arguments(f"{cls.__name__}.from_config", config)
         if "lr" in config:
             config["learning_rate"] = config.pop("lr")
         lr = config.get("learning_rate")
@@ -487,7 +510,9 @@ class Optimizer(SlotDeclarations, StatefulBase):
 
     def _repr_args(self) -> str:
         if self._wrapped is not None:
-            return f"{self._wrapped!r}, name={self.name!r}"
+            lr = self._config["learning_rate"]
+            shown = "" if lr is None else f", learning_rate={np.float32(lr)!s}"
+            return f"{self._wrapped!r}, name={self.name!r}{shown}"
         config = self.get_config()
         lr = self._config["learning_rate"]
         # The float32 value, shown as its shortest repr (1e-3, not 0.0010000000474974513).
@@ -502,3 +527,76 @@ class Optimizer(SlotDeclarations, StatefulBase):
 
 def _is_transform(value: Any) -> bool:
     return callable(getattr(value, "init", None)) and callable(getattr(value, "update", None))
+
+
+def _check_wrapper_arguments(api: str, arguments: Mapping[str, Any]) -> None:
+    """Raises for the arguments ``Optimizer(transform)`` has no use for."""
+    if arguments.get("weight_decay") is not None:
+        raise TypeError(
+            f"`{api}` wrapping a transform has no learning rate to multiply a "
+            f"weight decay by. Received: weight_decay={arguments['weight_decay']!r}. "
+            f"Put optx.add_decayed_weights in the transform instead."
+        )
+    for key in ("lr", "decay"):
+        if key in arguments:
+            raise TypeError(
+                f"`{api}` wrapping a transform takes no `{key}` (its learning rate "
+                f"is the transform's). Received: {key}={arguments[key]!r}."
+            )
+
+
+def _learning_rates(state: Any) -> list[str]:
+    """The names of the hyperparameters called ``learning_rate`` in ``state``."""
+    return [flat for flat, _, _, stored, _ in hp._named_entries(state) if stored == "learning_rate"]
+
+
+def _one_learning_rate(api: str, transform: Any, state: Any, value: float) -> None:
+    found = _learning_rates(state)
+    if len(found) != 1:
+        held = f"{len(found)} ({', '.join(map(repr, found))})" if found else "none"
+        raise ValueError(
+            f"`{api}` needs a transform whose state holds one hyperparameter called "
+            f"learning_rate, to start it at learning_rate={value!r}. Received: "
+            f"transform={transform!r}, whose state holds {held}."
+        )
+
+
+def _initial_learning_rate(api: str, transform: Any, value: Any) -> float:
+    """Checks ``Optimizer(transform=..., learning_rate=value)``; returns the float."""
+    if callable(value) or isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"`{api}` wrapping a transform needs learning_rate to be a number (the initial "
+            f"value of the transform's own learning rate). Received: learning_rate="
+            f"{reprs.short(value)}. Put a schedule in the transform instead."
+        )
+    value = hp.validate(api, "learning_rate", value)
+    try:  # the state's structure, without parameters; some inits need them: checked at build
+        shapes = jax.eval_shape(transform.init, {})
+    except Exception:
+        return value
+    _one_learning_rate(api, transform, shapes, value)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class InitialLearningRate:
+    """``inner`` with the learning rate in its state starting at ``learning_rate``.
+
+    What ``Optimizer(transform=inner, learning_rate=...)`` steps with (and what its
+    `get_config` describes once the learning rate was changed): the state of
+    ``inner.init``, its ``learning_rate`` hyperparameter replaced; ``update`` is
+    ``inner``'s.
+    """
+
+    inner: Any
+    learning_rate: float
+
+    def init(self, params: Params) -> Any:
+        state = self.inner.init(params)
+        _one_learning_rate("Optimizer", self.inner, state, self.learning_rate)
+        return hp.set_hyperparams(state, learning_rate=self.learning_rate)
+
+    def update(
+        self, updates: Any, state: Any, params: Params | None = None, **extra: Any
+    ) -> tuple[Any, Any]:
+        return self.inner.update(updates, state, params, **extra)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from optx._src import reprs
 from optx._src.stateful import (
     keras_adam,
     keras_classes,
@@ -12,6 +13,7 @@ from optx._src.stateful import (
     loss_scale_optimizer,
     multi,
 )
+from optx._src.stateful.keras_args import config_arguments
 from optx._src.stateful.optimizer import Optimizer
 
 _MODULE = "keras.optimizers"
@@ -33,8 +35,11 @@ _CLASSES: dict[str, type[Optimizer]] = {
         keras_muon.Muon,
         multi.MultiOptimizer,
         loss_scale_optimizer.LossScaleOptimizer,
+        Optimizer,
     )
 }
+# optx's own class (no Keras class takes a transform): recorded under its public module.
+_MODULES: dict[type, str] = {Optimizer: "optx.optimizers"}
 
 
 def serialize(optimizer: Optimizer) -> dict[str, Any]:
@@ -45,8 +50,9 @@ def serialize(optimizer: Optimizer) -> dict[str, Any]:
 
     Returns:
       ``{"module": "keras.optimizers", "class_name": ..., "config": get_config(),
-      "registered_name": None}``; a class of your own gets its module and
-      ``registered_name`` = its class name.
+      "registered_name": None}`` (the module is ``"optx.optimizers"`` for the generic
+      `Optimizer`, whose config holds its transform object: not JSON); a class of your
+      own gets its module and ``registered_name`` = its class name.
 
     Raises:
       TypeError: ``optimizer`` is not an optx stateful optimizer.
@@ -63,7 +69,7 @@ def serialize(optimizer: Optimizer) -> dict[str, Any]:
     cls = type(optimizer)
     builtin = _CLASSES.get(cls.__name__.lower()) is cls
     return {
-        "module": _MODULE if builtin else cls.__module__,
+        "module": _MODULES.get(cls, _MODULE) if builtin else cls.__module__,
         "class_name": cls.__name__,
         "config": optimizer.get_config(),
         "registered_name": None if builtin else cls.__name__,
@@ -97,20 +103,32 @@ def deserialize(
     """
     if not isinstance(config, Mapping) or "class_name" not in config:
         raise ValueError(
-            f"`deserialize` needs a dict with 'class_name' and 'config'. Received: {config!r}."
+            f"`deserialize` needs a dict with 'class_name' and 'config'. "
+            f"Received: {reprs.short(config)}."
         )
     name = config["class_name"]
+    if not isinstance(name, str):
+        raise TypeError(
+            f"`deserialize` needs class_name to be a string. "
+            f"Received: class_name={reprs.short(name)}."
+        )
     custom = dict(custom_objects or {})
     cls = custom.get(name) or _CLASSES.get(str(name).lower())
-    if cls is None and config.get("registered_name") in custom:
+    if (
+        cls is None
+        and isinstance(config.get("registered_name"), str)
+        and (config["registered_name"] in custom)
+    ):
         cls = custom[config["registered_name"]]
     if cls is None:
         raise ValueError(
-            f"`deserialize` got an unknown optimizer class {name!r}. Received: "
-            f"class_name={name!r}. Known: {', '.join(c.__name__ for c in _CLASSES.values())}; "
+            f"`deserialize` got an unknown optimizer class {reprs.short(name)}. Received: "
+            f"class_name={reprs.short(name)}. "
+            f"Known: {', '.join(c.__name__ for c in _CLASSES.values())}; "
             f"pass your own classes in custom_objects."
         )
-    return cls.from_config(dict(config.get("config", {})), custom_objects)
+    inner = config_arguments(f"{cls.__name__}.from_config", config.get("config", {}))
+    return cls.from_config(inner, custom_objects)
 
 
 def get(identifier: Any) -> Optimizer | None:
@@ -139,5 +157,5 @@ def get(identifier: Any) -> Optimizer | None:
         return deserialize(identifier)
     raise ValueError(
         f"`get` could not interpret the optimizer identifier. Received: identifier="
-        f"{identifier!r}; expected a name, a config dict or an optimizer."
+        f"{reprs.short(identifier)}; expected a name, a config dict or an optimizer."
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -12,12 +13,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from optx._src import hyperparams as hp
+from optx._src import reprs
 from optx._src.base import GradientTransformationLike, Params
 from optx._src.sharding import sharded_init
 from optx._src.stateful import views
 from optx._src.stateful.checkpoint import CheckpointMixin
 from optx._src.stateful.gradients import GradientsMixin
-from optx._src.stateful.layout import Layout, carry_over, check_keys
+from optx._src.stateful.keras_args import config_arguments
+from optx._src.stateful.layout import Layout, carry_over, check_keys, own_buffers
 from optx._src.stateful.step import (
     ITERATIONS,
     JITTED,
@@ -33,6 +36,17 @@ from optx._src.stateful.weights import WeightsMixin
 from optx._src.tree import is_param, path_name
 
 
+def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Runs ``method`` holding the optimizer's lock (see `StatefulBase`, thread safety)."""
+
+    @functools.wraps(method)
+    def locked(self: StatefulBase, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.ABCMeta):
     """The state, its flat view and the compiled step shared by every stateful optimizer.
 
@@ -42,6 +56,15 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
     chain and parameter structure; the optimizer's state buffers are donated to it. The
     public classes are `optx.optimizers.Optimizer` (and its subclasses), `MultiOptimizer`
     and `LossScaleOptimizer`.
+
+    Thread safety: an optimizer may be shared between threads. Each one holds a reentrant
+    lock (`threading.RLock`) that serialises whatever reads and replaces its state: `apply`,
+    `apply_gradients` (reading the variables, stepping, assigning them), `stateless_apply`,
+    `build`, setting a hyperparameter, loading variables, and reading `variables`,
+    `iterations` or a hyperparameter. Two threads stepping one optimizer apply every step
+    once, one after the other. The arrays `variables` returns are the state's own buffers,
+    which the next step donates: copy them to keep them while another thread steps. A copy
+    (`copy.deepcopy`) gets a lock of its own.
 
     Args:
       transform: any transform with optax's ``init``/``update`` protocol (optx's, optax's).
@@ -67,6 +90,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         *,
         jit_compile: bool = True,
     ) -> None:
+        self._lock = threading.RLock()
         deferred = self._deferred and transform is None
         if not deferred and not (
             callable(getattr(transform, "init", None))
@@ -77,7 +101,10 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
                 f"Received: transform={transform!r}."
             )
         if name is not None and not isinstance(name, str):
-            raise TypeError(f"`Optimizer` needs name to be a string. Received: name={name!r}.")
+            raise TypeError(
+                f"`{type(self).__name__}` needs name to be a string. "
+                f"Received: name={reprs.short(name)}."
+            )
         self.name = name or self._default_name
         self.jit_compile = bool(jit_compile)
         self._set_transform(transform)
@@ -86,6 +113,8 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         self._layout: Layout | None = None
         self._spec: Any = None
         self._treedef: Any = None
+        # (param avals, grad avals) of the last inputs that passed the full checks.
+        self._checked: Any = None
         self._params_paths: list[str] = []
         self._names_by_id: dict[int, str] = {}
         self._grad_fns: dict[Any, Callable[..., Any]] = {}
@@ -96,6 +125,15 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         self.transform = transform
         self._compiled: dict[str, Callable[..., Any]] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A lock cannot be copied or pickled; a copy gets a new one (`__setstate__`).
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__["_lock"] = threading.RLock()
+
+    @_locked
     def _replace_transform(self, transform: GradientTransformationLike) -> None:
         """Swaps the chain; a built optimizer carries its state over, key by key."""
         if not self.built:
@@ -114,15 +152,17 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
     def _inner_changed(self) -> None:
         """Called by an inner optimizer whose chain changed (see `MultiOptimizer`)."""
 
+    @_locked
     def _steps_taken(self) -> jax.Array:
-        """The step count schedules see (steps applied)."""
-        return jnp.asarray(self._count)
+        """The step count schedules see (steps applied): a copy, which no step donates."""
+        return jnp.array(self._count, copy=True)
 
     @property
     def built(self) -> bool:
         """Whether `build` has run (it runs on the first step)."""
         return self._state is not None
 
+    @_locked
     def build(self, params: Params) -> None:
         """Creates the state for ``params`` (a pytree of arrays, or of `Variable` objects).
 
@@ -140,7 +180,8 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         self._prepare(params, names)
         self._names_by_id = {}
         # Sharded parameters: each slot on its parameter's sharding (DESIGN D8).
-        self._state, self._count, self._placement = sharded_init(self.transform, params)
+        state, self._count, self._placement = sharded_init(self.transform, params)
+        self._state = own_buffers(state, params)  # each donated leaf its own buffer
         self._record(params)
 
     def _prepare(self, params: Params, names_by_id: Mapping[int, str]) -> None:
@@ -153,6 +194,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
     def _record(self, params: Params) -> None:
         self._treedef = jax.tree.structure(params)
         self._spec = spec(params)
+        self._checked = None
         self._params_paths = [
             path_name(p)
             for p, _ in jax.tree_util.tree_flatten_with_path(params, is_leaf=is_param)[0]
@@ -222,6 +264,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
             functools.partial(STEPS[kind], *statics), donate_argnums=donate, out_shardings=out
         )
 
+    @_locked
     def apply(self, grads: Any, params: Params) -> Params:
         """Applies one step of ``grads`` to ``params`` and returns the new parameters.
 
@@ -242,15 +285,37 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         self.build(params)
         if not self.built:  # a subclass's `build` that does not call `super().build`
             StatefulBase.build(self, params)
-        api = self.__dict__.get("_calling") or "apply"
-        check_params(api, params, self._treedef, self._spec)
-        check_grads(api, grads, params)
-        missing_gradients(api, grads, params)
+        self._check_inputs(self.__dict__.get("_calling") or "apply", grads, params)
         new_params, self._state, self._count = self._function("step")(
             self._state, self._count, grads, params
         )
         return new_params
 
+    def _check_inputs(self, api: str, grads: Any, params: Params) -> None:
+        """Raises unless ``params`` are those built and ``grads`` match them; warns of None.
+
+        The full checks walk the trees in Python (several microseconds per leaf). Their
+        verdict depends only on the trees' structure and each leaf's shape and dtype, so
+        inputs whose structure and abstract values (`aval`, interned by JAX: compared by
+        identity) equal those of the last inputs that passed are accepted after one C++
+        flatten of each tree.
+        """
+        p_leaves, p_def = jax.tree.flatten(params)
+        g_leaves, g_def = jax.tree.flatten(grads)
+        same_trees = p_def == self._treedef and g_def == p_def  # no None gradient either
+        try:
+            avals = ([x.aval for x in p_leaves], [g.aval for g in g_leaves])
+        except AttributeError:  # numbers or NumPy arrays: no aval
+            avals = None
+        if same_trees and avals is not None and avals == self._checked:
+            return
+        check_params(api, params, self._treedef, self._spec)
+        check_grads(api, grads, params)
+        missing_gradients(api, grads, params)
+        if same_trees and avals is not None:
+            self._checked = avals
+
+    @_locked
     def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> jax.Array:
         """Applies ``(gradient, variable)`` pairs to the variables in place; Keras's API.
 
@@ -288,6 +353,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         del skip_aggregation
         return self.transform
 
+    @_locked
     def stateless_apply(
         self,
         optimizer_variables: Mapping[str, Any],
@@ -315,9 +381,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
                 f"`optimizer.variables`. Received: a {type(optimizer_variables).__name__}."
             )
         check_keys("stateless_apply", [ITERATIONS, *layout.order], optimizer_variables)
-        check_params("stateless_apply", params, self._treedef, self._spec)
-        check_grads("stateless_apply", grads, params)
-        missing_gradients("stateless_apply", grads, params)
+        self._check_inputs("stateless_apply", grads, params)
         # The optimizer's own buffers (`variables` hands them out) are copied, not donated:
         # the optimizer stays usable after a loop started from `opt.variables`.
         own = {id(x) for x in jax.tree.leaves((self._state, self._count))}
@@ -333,6 +397,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
     # -- state access ---------------------------------------------------------------------
 
     @property
+    @_locked
     def variables(self) -> dict[str, jax.Array]:
         """The state as ``{name: array}`` (a snapshot; the next step donates its buffers)."""
         layout = self._require_built("variables") if self.built else None
@@ -351,8 +416,9 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
             return tracing
         if self._owner is not None and self._owner[0].built:
             # Held by a MultiOptimizer or LossScaleOptimizer: the steps it applied to us.
+            # (Its lock, not ours: a thread stepping it may read our attributes.)
             return self._owner[0]._steps_taken() // self._every_k()
-        return jnp.array(self._count, copy=True) // self._every_k()
+        return self._steps_taken() // self._every_k()
 
     def _every_k(self) -> int:
         return 1
@@ -372,6 +438,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
 
     lr = learning_rate
 
+    @_locked
     def _get_hyper(self, name: str) -> Any:
         if not self.built:
             raise ValueError(
@@ -392,6 +459,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         (key,) = self._hyper_keys(name)
         self._write(key, value)
 
+    @_locked
     def _write(self, key: str, value: Any, rule: Any = None) -> None:
         """Writes the public ``value`` of the hyperparameter held at ``key`` in the state."""
         layout = self._require_built(key)
@@ -442,7 +510,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
     def from_config(cls, config: Mapping[str, Any], custom_objects: Any = None) -> StatefulBase:
         """Rebuilds an optimizer from `get_config`'s output."""
         del custom_objects
-        return cls(**config)
+        return cls(**config_arguments(f"{cls.__name__}.from_config", config, cls))
 
     def _repr_args(self) -> str:
         return f"{self.transform!r}, name={self.name!r}"

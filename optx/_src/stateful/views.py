@@ -15,6 +15,9 @@ import numpy as np
 from optx._src import hyperparams as hp
 from optx._src.base import find_states
 from optx._src.combine import MaskedNode
+from optx._src.display import format_bytes as _bytes
+from optx._src.display import html_table
+from optx._src.display import short as _short
 from optx._src.ema_params import EmaParamsState
 from optx._src.loss_scale import DynamicLossScaleState, UnscaleGradientsState
 from optx._src.stateful.step import check_params
@@ -122,14 +125,6 @@ def _slots(opt: Optimizer) -> list[tuple[str, int, int]]:
     return [(s, n, b) for s, (n, b) in rows.items()]
 
 
-def _bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
-
-
 def _memory(opt: Optimizer) -> int:
     return sum(int(v.nbytes) for v in opt.variables.values())
 
@@ -164,10 +159,6 @@ def text(opt: Optimizer) -> str:
     return "\n".join(lines)
 
 
-def _short(value: Any) -> str:
-    return f"{value:.6g}" if isinstance(value, float) else repr(value)
-
-
 def html(opt: Optimizer) -> str:
     """`Optimizer._repr_html_`: the same as `text`, as tables."""
     esc = html_lib.escape
@@ -179,20 +170,21 @@ def html(opt: Optimizer) -> str:
         f"<p>{len(opt._params_paths)} parameters, iterations {int(opt.iterations)}, "
         f"state {esc(_bytes(_memory(opt)))}</p>"
     )
-    rows = "".join(
-        f"<tr><td>{esc(k)}</td><td>{esc(_short(v))}</td></tr>"
-        for k, v in hyperparameters(opt).items()
+    parts.append(
+        html_table(
+            ["hyperparameter", "value"], [(k, _short(v)) for k, v in hyperparameters(opt).items()]
+        )
     )
-    parts.append(f"<table><tr><th>hyperparameter</th><th>value</th></tr>{rows}</table>")
     values = opt.variables
     layout = opt._require_built("repr")
-    rows = "".join(
-        f"<tr><td>{esc(path)}</td><td>{esc(slot)}</td>"
-        f"<td>{esc(str(tuple(values[key].shape)))}</td><td>{esc(str(values[key].dtype))}</td></tr>"
-        for (path, slot), key in layout.slots.items()
-    )
     parts.append(
-        "<table><tr><th>parameter</th><th>slot</th><th>shape</th><th>dtype</th></tr>"
-        f"{rows}</table></div>"
+        html_table(
+            ["parameter", "slot", "shape", "dtype"],
+            [
+                (path, slot, tuple(values[key].shape), values[key].dtype)
+                for (path, slot), key in layout.slots.items()
+            ],
+        )
     )
+    parts.append("</div>")
     return "".join(parts)

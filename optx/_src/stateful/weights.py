@@ -20,6 +20,7 @@ class WeightsMixin:
         _count: jax.Array
         _state: Any
         _params_paths: list[str]
+        _lock: Any
 
         @property
         def variables(self) -> dict[str, jax.Array]: ...
@@ -72,6 +73,10 @@ class WeightsMixin:
         self._load({k: store[k] for k in keys}, "load_own_variables")
 
     def _load(self, values: Mapping[str, Any], api: str) -> None:
+        with self._lock:  # see StatefulBase: thread safety
+            self._load_locked(values, api)
+
+    def _load_locked(self, values: Mapping[str, Any], api: str) -> None:
         current = self.variables
         new = {}
         for key, old in current.items():

@@ -1,0 +1,174 @@
+"""Tables in plain text and HTML, shared by every display of optx.
+
+`Transform._repr_html_`, `optx.summary` and the stateful optimizers' displays render their
+tables here, so they look alike and escape alike. Cells given as `Raw` are trusted HTML
+(a nested table); every other cell is converted with `str` and escaped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import inspect
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+
+class Raw(str):
+    """A cell that is already HTML (a nested table), inserted without escaping."""
+
+    __slots__ = ()
+
+
+def cell(value: Any) -> str:
+    """One HTML cell's content: `Raw` as it is, anything else as escaped text."""
+    return value if isinstance(value, Raw) else html.escape(str(value))
+
+
+def html_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """An HTML ``<table>``: a header row of ``headers``, then one row per item of ``rows``.
+
+    Example:
+      >>> html_table(["name", "value"], [["lr", "<0.1>"]])
+      '<table><tr><th>name</th><th>value</th></tr><tr><td>lr</td><td>&lt;0.1&gt;</td></tr></table>'
+    """
+    head = "".join(f"<th>{cell(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def text_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "") -> str:
+    """A plain-text table: columns left-aligned to their widest cell, two spaces apart.
+
+    Example:
+      >>> print(text_table(["name", "value"], [["learning_rate", 0.1], ["b1", 0.9]]))
+      name           value
+      learning_rate  0.1
+      b1             0.9
+    """
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(indent + line for line in lines)
+
+
+def format_bytes(n: int) -> str:
+    """A byte count for people: ``"512 B"``, ``"1.5 KiB"``, ``"3.0 MiB"``, ``"2.0 GiB"``.
+
+    Example:
+      >>> format_bytes(512), format_bytes(1536), format_bytes(3 * 2**20)
+      ('512 B', '1.5 KiB', '3.0 MiB')
+    """
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def short(value: Any) -> str:
+    """A value for a table cell: floats to 6 significant digits, callables by name.
+
+    Example:
+      >>> short(0.0010000000474974513), short(3), short(print)
+      ('0.001', '3', 'print')
+    """
+    if isinstance(value, float | np.floating):
+        return f"{float(value):.6g}"
+    if isinstance(value, np.dtype):
+        return value.name
+    if inspect.isfunction(value) or inspect.ismethod(value) or inspect.isbuiltin(value):
+        return callable_name(value)
+    return repr(value)
+
+
+def callable_name(fn: Any) -> str:
+    """A function's qualified name without ``<locals>`` parts (``"make.<locals>.f"`` → ``"f"``)."""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if not isinstance(name, str):
+        return type(fn).__name__
+    return name.rsplit(".<locals>.", 1)[-1]
+
+
+def transform_name(tx: Any) -> str:
+    """The factory name of a transform: optx's ``name``; for optax's, its init's maker."""
+    name = getattr(type(tx), "name", None)
+    if isinstance(name, str):
+        return name
+    init = getattr(tx, "init", None)
+    qualname = getattr(init, "__qualname__", "")
+    if ".<locals>." in qualname:
+        return qualname.split(".<locals>.", 1)[0]
+    return type(tx).__name__
+
+
+def _is_transform(value: Any) -> bool:
+    return callable(getattr(value, "init", None)) and callable(getattr(value, "update", None))
+
+
+def _is_pair(value: Any) -> bool:
+    return isinstance(value, tuple) and len(value) == 2 and _is_transform(value[1])
+
+
+def transform_html(tx: Any) -> str:
+    """A transform's configuration as an HTML table; transforms inside it nest as tables.
+
+    Columns: argument, value, kind (``dynamic``: a hyperparameter held in the state;
+    ``schedule``: a hyperparameter given as a callable; ``static``: fixed by the
+    configuration; blank for nested transforms). A transform that is not optx's shows its
+    name only.
+    """
+    title = f"<strong>{html.escape(transform_name(tx))}</strong>"
+    if not dataclasses.is_dataclass(tx):
+        return f"<div>{title}</div>"
+    rows = []
+    for name, value in config_items(tx):
+        cell_value = _value_cell(value)
+        kind = "" if isinstance(cell_value, Raw) else "static"
+        if name in getattr(tx, "hyperparams", ()) and value is not None:
+            kind = "schedule" if callable(value) else "dynamic"
+        rows.append((name, cell_value, kind))
+    if not rows:
+        return f"<div>{title}</div>"
+    return f"<div>{title}{html_table(['argument', 'value', 'kind'], rows)}</div>"
+
+
+def _value_cell(value: Any) -> Any:
+    if _is_transform(value):
+        return Raw(transform_html(value))
+    if isinstance(value, tuple) and value and all(_is_transform(v) for v in value):
+        rows = [(i, _value_cell(v)) for i, v in enumerate(value)]
+        return Raw(html_table(["#", "transform"], rows))
+    if isinstance(value, tuple) and value and all(_is_pair(v) for v in value):
+        return Raw(html_table(["key", "transform"], [(k, _value_cell(v)) for k, v in value]))
+    # A configuration holds exact Python numbers: shown as written (1.0, 1e-08).
+    return repr(value) if isinstance(value, float) else short(value)
+
+
+def config_items(tx: Any) -> list[tuple[str, Any]]:
+    """The ``(argument, value)`` pairs a transform's ``repr`` shows.
+
+    Every hyperparameter and required argument, and the other arguments where they differ
+    from their defaults.
+    """
+    items = []
+    hyperparams = getattr(tx, "hyperparams", ())
+    for field in dataclasses.fields(tx):
+        if not field.repr:
+            continue
+        value = getattr(tx, field.name)
+        shown = field.name in hyperparams or field.default is dataclasses.MISSING
+        if not shown and _equal(value, field.default):
+            continue
+        items.append((field.name, value))
+    return items
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # arrays or objects whose comparison is not a bool
+        return False

@@ -1,0 +1,395 @@
+"""Reliability of every registered transform: non-finite steps, counters, determinism.
+
+Each entry of `registry.REGISTRY`, wrapped in ``apply_if_finite(entry, 2)``, runs six steps
+on three of the conformance parameters (a matrix, a vector and a scalar; all five for the
+entries in `FULL_TREE`): three finite gradients, one holding a NaN, one holding an
+infinity, one finite. The checks:
+
+* the NaN and the infinity steps leave the parameters (one of them ``-0.0``) and the inner
+  state bit for bit as they were, and are counted in ``total_notfinite``;
+* without protection (the wrapper gives up after ``max_consecutive_errors``), the NaN
+  reaches the parameters or the state, except for the entries listed in `DROPS_NAN`;
+* every int32 step counter set to 2**31 - 1 stays there (no wrap) and the steps stay finite;
+* two runs are bit-identical; a run saved with `optx.save_state` after three steps and
+  restored continues bit-identically; jit and eager (`jax.disable_jit`) runs are
+  bit-identical for the entries in `JIT_EQUALS_EAGER` and within `JIT_EAGER_RTOL` for the
+  others (see there why).
+
+To stay fast, the entries run in batches: one jitted program steps a whole batch (XLA's
+compile time is most of this module's time, and grows with the leaves).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import optx
+
+try:
+    from tests import registry
+    from tests.test_conformance import make_grads, make_params
+except ImportError:  # tests/ is not a package: pytest put it on sys.path.
+    import registry
+    from test_conformance import make_grads, make_params
+
+ENTRIES = list(registry.REGISTRY.values())
+KEYS = [e.key for e in ENTRIES]
+BATCH = 30
+MAX_ERRORS = 2
+NAN_STEP, INF_STEP, SAVED_STEP = 3, 4, 2  # the checkpoint holds the results of step 2
+INT32_MAX = int(np.iinfo(np.int32).max)
+# Counters that only grow (saturating, DESIGN D5). Other int32 leaves reset or wrap by
+# design: consecutive or plateau counts, a position within `every_k` micro-steps.
+MONOTONE = frozenset({"count", "total_notfinite", "applied_count", "skipped_steps"})
+RESETTING = frozenset(
+    {
+        "notfinite_count",
+        "growth_count",
+        "plateau_count",
+        "cooldown_count",
+        "mini_step",
+        "steps_since_sync",
+    }
+)
+
+# Entries that a NaN gradient leaves without a NaN in the parameters and the state, by
+# design: they replace the updates with zeros (`set_to_zero`), drop the NaN (`zero_nans`),
+# skip the step themselves (`apply_if_finite`, `dynamic_loss_scale`), or ignore the
+# gradients (the Hessian estimator).
+DROPS_NAN = frozenset(
+    {
+        "set_to_zero",
+        "zero_nans",
+        "apply_if_finite",
+        "dynamic_loss_scale",
+        "hutchinson_estimator_diag_hessian",
+        "hutchinson_estimator_diag_hessian/typed_key",
+    }
+)
+# Entries whose configuration names all five conformance parameters.
+FULL_TREE = frozenset({"masked/tree"})
+
+# jit against eager (`jax.disable_jit`), measured on XLA:CPU (x86-64 with FMA):
+# * bit-identical: the entries below;
+# * the others differ in the last bits, by at most JIT_EAGER_RTOL relative to each leaf's
+#   largest value. Inside one fused loop XLA:CPU contracts ``a * b + c`` into a fused
+#   multiply-add (one rounding; eagerly each operation rounds): limited to SSE4.2 (no FMA
+#   instructions), 183 of the 226 entries are bit-identical instead of these 38 (see
+#   `test_fused_multiply_add_is_the_difference`). Most of the others divide by a square
+#   root, which XLA rewrites as a multiplication by ``rsqrt`` (two roundings), or reduce a
+#   fused product (a norm, Newton-Schulz's matrix products);
+# * by more, relative to a leaf that cancels to near zero (JIT_EAGER_RTOL_CANCELLING):
+#   Prodigy's ``numerator_weighted`` (a running sum of terms of both signs), and the
+#   optimistic step's ``2 g_t - g_{t-1}`` added to a parameter near zero.
+JIT_EQUALS_EAGER = frozenset(
+    {
+        "accumulate_gradients/f32_accumulator",
+        "centralize",
+        "chain/empty",
+        "clip",
+        "clip_by_norm",
+        "constrain",
+        "constrain/mask",
+        "fromage",
+        "hutchinson_estimator_diag_hessian",
+        "hutchinson_estimator_diag_hessian/typed_key",
+        "identity",
+        "lion/mask",
+        "polyak_sgd",
+        "reduce_on_plateau",
+        "rprop",
+        "scale",
+        "scale_by_learning_rate",
+        "scale_by_learning_rate/no_flip",
+        "scale_by_learning_rate/schedule",
+        "scale_by_lion/fast_momentum",
+        "scale_by_optimistic_gradient",
+        "scale_by_polyak",
+        "scale_by_polyak/sps_plus",
+        "scale_by_rprop",
+        "scale_by_rprop/tight_bounds",
+        "scale_by_schedule",
+        "scale_by_shape",
+        "scale_by_shape/consistent_rms",
+        "scale_by_sign",
+        "set_to_zero",
+        "sgd",
+        "sgd/keras_nesterov_schedule",
+        "sgd/schedule",
+        "sign_sgd",
+        "signum/f32_accumulator",
+        "stateless",
+        "unscale_gradients",
+        "zero_nans",
+    }
+)
+JIT_EAGER_RTOL = 2e-6  # largest measured: 7.7e-7 (scale_by_muon/keras)
+# Largest measured: 1.05e-4, 5.8e-6 and 1.7e-6.
+JIT_EAGER_RTOL_CANCELLING = {
+    "scale_by_prodigy/large_d0": 3e-4,
+    "optimistic_gradient_descent": 2e-5,
+    "prodigy": 5e-6,
+}
+
+
+def _small(tree: Any) -> Any:
+    """The conformance kernel, last layer and scale: the structure every mask expects."""
+    return {
+        "dense": {"kernel": tree["dense"]["kernel"]},
+        "layers": [tree["layers"][1]],
+        "scale": tree["scale"],
+    }
+
+
+def _grads() -> list[Any]:
+    grads = make_grads(steps=6)
+    grads[NAN_STEP]["dense"]["kernel"] = grads[NAN_STEP]["dense"]["kernel"].at[1, 2].set(jnp.nan)
+    grads[INF_STEP]["layers"][1] = grads[INF_STEP]["layers"][1].at[3].set(jnp.inf)
+    return grads
+
+
+GRADS = {"full": _grads(), "small": [_small(g) for g in _grads()]}
+PARAMS = {"full": make_params(), "small": _small(make_params())}
+
+
+def _tree(entry: registry.Entry) -> str:
+    return "full" if entry.key in FULL_TREE else "small"
+
+
+def _with_negative_zero(params: Any) -> Any:
+    """``params`` with its scalar leaf set to -0.0, which a skipped step must keep."""
+    return {**params, "scale": jnp.full_like(params["scale"], -0.0)}
+
+
+def _batch_step(entries: list[registry.Entry]) -> Callable[..., Any]:
+    txs = [(optx.apply_if_finite(e(), MAX_ERRORS), e.extra) for e in entries]
+
+    def step(params: list[Any], states: list[Any], grads: list[Any]) -> tuple[list, list]:
+        out = [
+            tx.update(g, s, p, **extra)
+            for (tx, extra), p, s, g in zip(txs, params, states, grads, strict=True)
+        ]
+        new_params = [optx.apply_updates(p, u) for p, (u, _) in zip(params, out, strict=True)]
+        return new_params, [s for _, s in out]
+
+    return step
+
+
+def _grads_at(t: int, entries: list[registry.Entry]) -> list[Any]:
+    return [GRADS[_tree(e)][t] for e in entries]
+
+
+def _run(
+    step: Callable[..., Any],
+    entries: list[registry.Entry],
+    params: list[Any],
+    states: list[Any],
+    first: int,
+) -> list:
+    """Steps ``first..5``; returns [(params, states)] after each."""
+    history = []
+    for t in range(first, 6):
+        if t == NAN_STEP:
+            params = [_with_negative_zero(p) for p in params]
+        params, states = step(params, states, _grads_at(t, entries))
+        history.append((params, states))
+    return history
+
+
+def _set_counters(state: Any, value: int) -> Any:
+    def put(path: Any, leaf: Any) -> Any:
+        return jnp.full_like(leaf, value) if _counter_name(path) in MONOTONE else leaf
+
+    return jax.tree_util.tree_map_with_path(put, state)
+
+
+def _counter_name(path: Any) -> str | None:
+    last = path[-1]
+    return getattr(last, "name", None) or getattr(last, "key", None)
+
+
+@functools.cache
+def _batch(index: int, tmp: str) -> dict[str, dict[str, Any]]:
+    """Every run of the batch ``index``, by entry key."""
+    entries = ENTRIES[index * BATCH : (index + 1) * BATCH]
+    plain = _batch_step(entries)
+    step = jax.jit(plain)
+    # Committed to the device, as `restore_state` returns arrays: else the resumed run would
+    # compile the batch's program a second time.
+    device = jax.devices()[0]
+    params0 = jax.device_put([PARAMS[_tree(e)] for e in entries], device)
+
+    def init() -> list[Any]:
+        states = [
+            optx.apply_if_finite(e(), MAX_ERRORS).init(p)
+            for e, p in zip(entries, params0, strict=True)
+        ]
+        return jax.device_put(states, device)
+
+    first = _run(step, entries, params0, init(), 0)
+    second = _run(step, entries, params0, init(), 0)
+    with jax.disable_jit():
+        eager = _run(plain, entries, params0, init(), 0)
+
+    # A checkpoint after step 2, restored into the initial state, continued.
+    saved_params, saved_states = first[SAVED_STEP]
+    path = f"{tmp}/batch_{index}"
+    optx.save_state(path, {"params": saved_params, "states": saved_states})
+    restored = optx.restore_state(path, {"params": params0, "states": init()})
+    resumed = _run(step, entries, restored["params"], restored["states"], SAVED_STEP + 1)
+
+    # Unprotected: as if two non-finite steps in a row had been skipped, a NaN is applied.
+    params5, states5 = first[-1]
+    given_up = [
+        s._replace(notfinite_count=jnp.full_like(s.notfinite_count, MAX_ERRORS)) for s in states5
+    ]
+    unprotected = step(params5, given_up, _grads_at(NAN_STEP, entries))
+
+    # Counters at int32's maximum: a finite step, then a NaN step (skipped).
+    at_max = [_set_counters(s, INT32_MAX) for s in states5]
+    saturated = [step(params5, at_max, _grads_at(0, entries))]
+    saturated.append(step(*saturated[0], _grads_at(NAN_STEP, entries)))
+
+    def pick(history: list, i: int) -> list:
+        return [(p[i], s[i]) for p, s in history]
+
+    return {
+        e.key: {
+            "first": pick(first, i),
+            "second": pick(second, i),
+            "eager": pick(eager, i),
+            "restored": (restored["params"][i], restored["states"][i]),
+            "saved": (saved_params[i], saved_states[i]),
+            "resumed": pick(resumed, i),
+            "unprotected": (unprotected[0][i], unprotected[1][i]),
+            "saturated": pick(saturated, i),
+        }
+        for i, e in enumerate(entries)
+    }
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Callable[[str], dict[str, Any]]:
+    tmp = str(tmp_path_factory.mktemp("checkpoints"))
+    yield lambda key: _batch(KEYS.index(key) // BATCH, tmp)[key]
+    _batch.cache_clear()
+
+
+def _bits(tree: Any) -> list[tuple[str, str, bytes]]:
+    """Each leaf as (path, dtype, raw bytes): equality that NaN and -0.0 cannot fool."""
+    return [
+        (jax.tree_util.keystr(p), str(np.asarray(x).dtype), np.asarray(x).tobytes())
+        for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+    ]
+
+
+def assert_bit_identical(actual: Any, expected: Any, what: str) -> None:
+    assert jax.tree.structure(actual) == jax.tree.structure(expected), what
+    for (path, dtype, a), (_, want_dtype, b) in zip(_bits(actual), _bits(expected), strict=True):
+        assert dtype == want_dtype, f"{what}: {path} is {dtype}, expected {want_dtype}"
+        assert a == b, f"{what}: {path} differs"
+
+
+def _has_nan(tree: Any) -> bool:
+    return any(
+        np.isnan(np.asarray(x, np.float64)).any()
+        for x in jax.tree.leaves(tree)
+        if jnp.issubdtype(jnp.result_type(x), jnp.floating)
+    )
+
+
+parametrize = pytest.mark.parametrize("key", KEYS)
+
+
+@pytest.mark.slow
+@parametrize
+def test_nonfinite_steps_leave_every_bit(runs, key: str) -> None:
+    first = runs(key)["first"]
+    (p2, s2), (p3, s3), (p4, s4) = first[2:5]
+    before = _with_negative_zero(p2)
+    for t, (p, s) in ((NAN_STEP, (p3, s3)), (INF_STEP, (p4, s4))):
+        assert_bit_identical(p, before, f"params after the non-finite step {t}")
+        assert_bit_identical(s.inner_state, s2.inner_state, f"inner state after step {t}")
+    # Counted, and visible in the state.
+    assert [int(s.total_notfinite) for _, s in first] == [0, 0, 0, 1, 2, 2]
+    assert [int(s.notfinite_count) for _, s in first] == [0, 0, 0, 1, 2, 0]
+    assert [bool(s.last_finite) for _, s in first] == [True] * 3 + [False] * 2 + [True]
+
+
+@pytest.mark.slow
+@parametrize
+def test_without_protection_the_nan_spreads(runs, key: str) -> None:
+    params, state = runs(key)["unprotected"]
+    assert int(state.total_notfinite) == 3 and int(state.notfinite_count) == MAX_ERRORS + 1
+    assert _has_nan((params, state.inner_state)) == (key not in DROPS_NAN)
+
+
+@pytest.mark.slow
+@parametrize
+def test_counters_saturate(runs, key: str) -> None:
+    counters = 0
+    for step, (params, state) in enumerate(runs(key)["saturated"]):
+        for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+            name = _counter_name(path)
+            if jnp.result_type(leaf) != jnp.int32:
+                continue
+            assert name in MONOTONE | RESETTING, f"an int32 leaf of unknown kind: {path}"
+            assert int(np.min(leaf)) >= 0, f"step {step}: {jax.tree_util.keystr(path)} wrapped"
+            if name in MONOTONE:
+                counters += 1
+                assert int(leaf) == INT32_MAX, f"step {step}: {jax.tree_util.keystr(path)}"
+        for path, leaf in jax.tree_util.tree_flatten_with_path((params, state))[0]:
+            if jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
+                assert np.isfinite(np.asarray(leaf, np.float64)).all(), (
+                    f"step {step}: {jax.tree_util.keystr(path)} is not finite"
+                )
+    assert counters >= 2  # `apply_if_finite`'s total_notfinite, at least
+
+
+@pytest.mark.slow
+@parametrize
+def test_same_inputs_same_bits(runs, key: str) -> None:
+    run = runs(key)
+    for t, (a, b) in enumerate(zip(run["first"], run["second"], strict=True)):
+        assert_bit_identical(a, b, f"second run, step {t}")
+
+
+@pytest.mark.slow
+@parametrize
+def test_save_restore_continues_bit_identically(runs, key: str) -> None:
+    run = runs(key)
+    assert_bit_identical(run["restored"], run["saved"], "restored checkpoint")
+    for t, (a, b) in enumerate(zip(run["resumed"], run["first"][SAVED_STEP + 1 :], strict=True), 3):
+        assert_bit_identical(a, b, f"resumed run, step {t}")
+
+
+@pytest.mark.slow
+@parametrize
+def test_jit_and_eager(runs, key: str) -> None:
+    run = runs(key)
+    for t, (jitted, eager) in enumerate(zip(run["first"], run["eager"], strict=True)):
+        if key in JIT_EQUALS_EAGER:
+            assert_bit_identical(jitted, eager, f"eager step {t}")
+            continue
+        assert jax.tree.structure(jitted) == jax.tree.structure(eager)
+        for (path, a), b in zip(
+            jax.tree_util.tree_flatten_with_path(jitted)[0], jax.tree.leaves(eager), strict=True
+        ):
+            a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+            finite = np.isfinite(b)
+            scale = float(np.max(np.abs(b[finite]), initial=0.0))
+            np.testing.assert_array_equal(np.isfinite(a), finite)
+            np.testing.assert_allclose(
+                a[finite],
+                b[finite],
+                rtol=0,
+                atol=JIT_EAGER_RTOL_CANCELLING.get(key, JIT_EAGER_RTOL) * scale,
+                err_msg=f"step {t}: {jax.tree_util.keystr(path)}",
+            )
