@@ -16,7 +16,8 @@ def save(compile_result: dict[str, Any], path: str, subtitle: str = "") -> None:
     for r in compile_result["rows"]:
         if "compile_s" not in r:
             continue
-        label = f"{r['library']} {r['variant']}".strip()
+        lib, variant = r["library"], r["variant"]
+        label = variant if variant.startswith(lib) else f"{lib} {variant}".strip()
         series.setdefault(label, []).append((r["leaves"], r["step"]["median"], r["compile_s"]))
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for label, points in sorted(series.items()):

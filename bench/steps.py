@@ -35,7 +35,7 @@ def run(
         row = Row(opt, "keras", "stateless_apply, jitted")
         if keras_note:
             row.note = keras_note
-        elif opt not in w.keras:
+        elif not w.runs("keras", "", opt):
             row.note = f"skipped at --size {size}"
         else:
             _guard(row, peers.run_jax, peers.keras_make(opt, params, grads), loops, nondonated)
@@ -49,7 +49,7 @@ def run(
             rows.append(row)
         for variant in OPTX_VARIANTS:
             row = Row(opt, "optx", variant, note=peers.optx_note(opt, variant))
-            if not row.note and variant != "per-leaf" and opt not in w.flat:
+            if not row.note and not w.runs("optx", variant, opt):
                 row.note = f"skipped at --size {size}"
             if not row.note:
                 make = peers.optx_make(opt, variant, params, grads)

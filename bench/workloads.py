@@ -50,11 +50,19 @@ class Workload:
     title: str
     shapes: Any  # a pytree whose leaves are shape tuples
     optimizers: tuple[str, ...]
-    # Optimizers also timed without donation, and those Keras runs (a Keras or optax step
-    # on 1,000 leaves compiles in 5-20 s: the full size limits them to keep the run short).
+    # The optimizers also timed without donation, run by Keras, and run by optx's flat
+    # variants (each a compile of 5-20 s on 1,000 leaves for Keras and optx's flat state:
+    # the full size limits them there, to keep the run near 10 minutes).
     nondonated: tuple[str, ...]
     keras: tuple[str, ...]
-    flat: tuple[str, ...]  # optimizers whose optx flat variants run
+    flat_state: tuple[str, ...]
+    flat_params: tuple[str, ...]
+
+    def runs(self, library: str, variant: str, optimizer: str) -> bool:
+        """Whether this size runs that row (optax and optx's per-leaf step always run)."""
+        limit = {"keras": self.keras, "flat state": self.flat_state}
+        limit["flat params"] = self.flat_params
+        return optimizer in limit.get(variant, limit.get(library, ALL))
 
     def leaf_shapes(self) -> list[tuple[int, ...]]:
         return jax.tree.leaves(self.shapes, is_leaf=_is_shape)
@@ -107,20 +115,20 @@ WORKLOADS = STEP_WORKLOADS + OTHER_WORKLOADS
 
 
 # The tiny size (a smoke test) runs Keras, the non-donated step and optx's flat variants of
-# each optimizer on one workload only; the full size runs Keras and the non-donated step for
-# Adam only on the two 1,000-leaf trees.
+# each optimizer on one workload only; the full size runs Keras, the non-donated step and
+# optx's flat state for Adam only on the two 1,000-leaf trees.
 _TINY_EXTRAS = {"large": ("adam", "adamw"), "wide": ("sgd", "lion"), "many": ("adafactor",)}
 _TINY_EXTRAS["gpt"] = ("chain",)
 
 
 def workload(name: str, size: str) -> Workload:
     shapes, title = _TREES[name][size]
-    extras = flat = ALL
+    extras = flat_params = ALL
     if size == "tiny":
-        extras = flat = _TINY_EXTRAS[name]
+        extras = flat_params = _TINY_EXTRAS[name]
     elif size == "full" and name in ("wide", "many"):
         extras = ("adam",)
-    return Workload(name, title, shapes, ALL, nondonated=extras, keras=extras, flat=flat)
+    return Workload(name, title, shapes, ALL, extras, extras, extras, flat_params)
 
 
 # Leaf counts of the compile-time sweep (leaves of 64 floats) and of the per-call fit.

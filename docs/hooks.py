@@ -84,6 +84,10 @@ _OPTX_TOPICS: tuple[tuple[str, str, str, tuple[str, ...] | None], ...] = (
 )
 
 
+# Submodules that are programs, not API; present in `dir(optx)` once imported.
+SCRIPTS = frozenset({"optx.demo"})
+
+
 def public_names(namespace: str) -> list[str]:
     """The public names of ``namespace``: `dir` without underscores, modules only if its own.
 
@@ -96,7 +100,9 @@ def public_names(namespace: str) -> list[str]:
         value = getattr(module, name)
         if name.startswith("_"):
             continue
-        if isinstance(value, types.ModuleType) and value.__name__ != f"{namespace}.{name}":
+        if isinstance(value, types.ModuleType) and (
+            value.__name__ != f"{namespace}.{name}" or value.__name__ in SCRIPTS
+        ):
             continue
         names.append(name)
     return sorted(names)

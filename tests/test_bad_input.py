@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -1521,3 +1522,205 @@ def test_count_of_bad_inputs() -> None:
         f"only {len(TRIED)} bad inputs recorded for {deterministic} deterministic cases: run "
         f"the whole module"
     )
+
+
+# ---------------------------------------------------------------------------------------
+# The messages of the checks this suite added, word for word.
+
+W = {"w": jnp.ones(2)}
+
+
+def _adam_update(grads: Any) -> Any:
+    tx = optx.adam(0.1)
+    return tx.update(grads, tx.init(W), W)
+
+
+MESSAGES = [
+    (
+        lambda: _adam_update({"w": None}),
+        ValueError,
+        "`scale_by_adam.update` needs an array for every leaf of the state. Received: "
+        "updates['w']=None (a parameter without a gradient). Wrap the transform in "
+        "`optx.skip_missing(...)` to leave such parameters unchanged.",
+    ),
+    (
+        lambda: _adam_update({"w": 1.0}),
+        TypeError,
+        "`scale_by_adam.update` needs arrays as the leaves of updates. Received: updates['w'] "
+        "of type float. Convert it with `jnp.asarray`.",
+    ),
+    (
+        lambda: _adam_update({"w": jnp.ones(2, jnp.complex64)}),
+        TypeError,
+        "`scale_by_adam.update` needs real updates (optx does not optimise complex values). "
+        "Received: updates['w'] of dtype complex64.",
+    ),
+    (
+        lambda: _adam_update({"w": jnp.ones(2, jnp.int32)}),
+        TypeError,
+        "`scale_by_adam.update` needs floating-point updates, as the state holds (an integer "
+        "one would be truncated). Received: updates['w'] of dtype int32.",
+    ),
+    (
+        lambda: optx.scale(0.5).update({"w": jnp.ones(2, jnp.int32)}, optx.scale(0.5).init(None)),
+        TypeError,
+        "`scale.update` needs floating-point updates (float16, bfloat16, float32 or float64). "
+        "Received: updates['w'] of dtype int32. Keep other leaves out of the optimised tree, "
+        "or route them to `optx.set_to_zero()` with `optx.partition`.",
+    ),
+    (
+        lambda: optx.set_to_zero().update({"w": "x"}, optx.set_to_zero().init(None)),
+        TypeError,
+        "`set_to_zero.update` needs numeric arrays as the leaves of updates. Received: "
+        "updates['w'] of type str.",
+    ),
+    (
+        lambda: optx.apply_updates(W, {"v": jnp.ones(2)}),
+        ValueError,
+        "`optx.apply_updates` needs updates with the structure of params. Received: missing "
+        "from updates: 'w'; not in params: 'v'.",
+    ),
+    (
+        lambda: optx.apply_updates(W, {"w": jnp.ones((1, 2))}),
+        ValueError,
+        "`optx.apply_updates` needs updates with the shapes of params. Received: updates['w'] "
+        "of shape (1, 2), expected (2,).",
+    ),
+    (
+        lambda: optx.apply_updates({"w": jnp.ones(2, jnp.int32)}, {"w": jnp.ones(2) / 2}),
+        TypeError,
+        "`optx.apply_updates` needs updates that the parameter's dtype can hold. Received: "
+        "updates['w'] of dtype float32 for a parameter of dtype int32; the cast back would "
+        "truncate it to an integer.",
+    ),
+    (
+        lambda: optx.apply_updates(W, {"w": jnp.ones(2, jnp.complex64)}),
+        TypeError,
+        "`optx.apply_updates` needs updates that the parameter's dtype can hold. Received: "
+        "updates['w'] of dtype complex64 for a parameter of dtype float32; the cast back would "
+        "drop its imaginary part.",
+    ),
+    (
+        lambda: optx.apply_updates({"w": "x"}, W),
+        TypeError,
+        "`optx.apply_updates` needs numeric arrays as leaves. Received: params['w'] of type str.",
+    ),
+    (
+        lambda: optx.muon(0.1, adam_b1=1.0),
+        ValueError,
+        "`muon` needs adam_b1 in [0, 1). Received: adam_b1=1.0.",
+    ),
+    (
+        lambda: optx.prodigy(betas=(0.9, NAN)),
+        ValueError,
+        "`prodigy` needs betas[1] in [0, 1). Received: betas[1]=nan.",
+    ),
+    (
+        lambda: optx.prodigy(eps=None),
+        TypeError,
+        "`prodigy` needs eps to be a real number. Received: eps=None of type NoneType.",
+    ),
+    (
+        lambda: optx.schedule_free_adamw(b2=1.0),
+        ValueError,
+        "`schedule_free_adamw` needs b2 in [0, 1). Received: b2=1.0.",
+    ),
+    (
+        lambda: optx.scale_by_muon(ns_coeffs=(NAN, 1.0, 1.0)),
+        ValueError,
+        "`scale_by_muon` needs finite ns_coeffs. Received: ns_coeffs=(nan, 1.0, 1.0).",
+    ),
+    (
+        lambda: optx.masked(optx.sgd(0.1), "("),
+        ValueError,
+        "`masked` needs mask to be regular expressions on parameter paths. Received: '(', "
+        "which does not compile (missing ), unterminated subpattern at position 0).",
+    ),
+    (
+        lambda: O.Adam(beta_1=1.0),
+        ValueError,
+        "`Adam` needs beta_1 in [0, 1). Received: beta_1=1.0.",
+    ),
+    (
+        lambda: O.Adafactor(epsilon_1=-1.0),
+        ValueError,
+        "`Adafactor` needs epsilon_1 finite and >= 0. Received: epsilon_1=-1.0.",
+    ),
+    (
+        lambda: O.Adafactor(beta_2_decay=0.5),
+        ValueError,
+        "`Adafactor` needs beta_2_decay <= 0. Received: beta_2_decay=0.5.",
+    ),
+    (
+        lambda: O.RMSprop(momentum="x"),
+        TypeError,
+        "`RMSprop` needs momentum to be a real number. Received: momentum='x'.",
+    ),
+    (
+        lambda: O.Muon(muon_a=INF),
+        ValueError,
+        "`Muon` needs muon_a to be finite. Received: muon_a=inf.",
+    ),
+    (
+        lambda: O.Muon(exclude_layers=3),
+        TypeError,
+        "`Muon` needs exclude_layers to be None, a regular expression or a list of them. "
+        "Received: exclude_layers=3.",
+    ),
+    (
+        lambda: O.LossScaleOptimizer(O.SGD(), dynamic_growth_steps=0),
+        ValueError,
+        "`LossScaleOptimizer` needs dynamic_growth_steps to be an int >= 1. "
+        "Received: dynamic_growth_steps=0.",
+    ),
+    (
+        lambda: O.Adam.from_config("adam"),
+        TypeError,
+        "`Adam.from_config` needs config to be a dict of arguments, as `get_config` returns. "
+        "Received: config='adam'.",
+    ),
+    (
+        lambda: O.Adam.from_config({1: 2}),
+        TypeError,
+        "`Adam.from_config` needs the keys of config to be argument names (strings). "
+        "Received: key 1.",
+    ),
+    (
+        lambda: O.MultiOptimizer.from_config({}),
+        ValueError,
+        "`MultiOptimizer.from_config` needs config to hold 'optimizer_map'. "
+        "Received: config with keys [].",
+    ),
+    (
+        lambda: O.deserialize({"class_name": ["a"], "config": {}}),
+        TypeError,
+        "`deserialize` needs class_name to be a string. Received: class_name=['a'].",
+    ),
+    (
+        lambda: S.ExponentialDecay.from_config({"bogus": 1}),
+        TypeError,
+        "`ExponentialDecay.from_config` got arguments that ExponentialDecay does not take: "
+        "['bogus']. It takes: ['initial_learning_rate', 'decay_steps', 'decay_rate', "
+        "'staircase', 'name'].",
+    ),
+    (
+        lambda: O.Adam(learning_rate="x" * 1000),
+        ValueError,
+        "`Adam` needs learning_rate to be a float, a LearningRateSchedule or a callable. "
+        f"Received: learning_rate='{'x' * 193}... (1002 characters).",
+    ),
+    (
+        lambda: O.get(_nested(5_000)),
+        ValueError,
+        "`deserialize` needs a dict with 'class_name' and 'config'. "
+        "Received: {'a': {'a': {'a': {...}}}}.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "message"), MESSAGES, ids=[m[2][:50] for m in MESSAGES])
+def test_message_word_for_word(
+    call: Callable[[], Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        call()

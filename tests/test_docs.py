@@ -78,7 +78,7 @@ def public_names(namespace: str) -> list[str]:
         if not name.startswith("_")
         and (
             not isinstance(getattr(module, name), types.ModuleType)
-            or getattr(module, name).__name__ == f"{namespace}.{name}"
+            or getattr(module, name).__name__ in {f"{namespace}.{name}"} - {"optx.demo"}
         )
     )
 

@@ -160,9 +160,9 @@ def same_tree(
             _is_arraylike(e) and jnp.issubdtype(e.dtype, jnp.inexact)
         ):
             raise TypeError(
-                f"`{api}` needs floating-point {got_name} for floating-point {expected_name} "
-                f"(an integer update would be truncated). Received: "
-                f"{got_name}[{path_name(path)!r}] of dtype {g.dtype}."
+                f"`{api}` needs floating-point {got_name}, as {expected_name} holds (an "
+                f"integer one would be truncated). Received: {got_name}[{path_name(path)!r}] "
+                f"of dtype {g.dtype}."
             )
         if np.shape(g) != np.shape(e):
             raise ValueError(

@@ -256,7 +256,7 @@ def _patterns(api: str, name: str, patterns: tuple[str, ...]) -> tuple[str, ...]
         except re.error as error:
             raise ValueError(
                 f"`{api}` needs {name} to be regular expressions on parameter paths. "
-                f"Received: {pattern!r} ({error})."
+                f"Received: {pattern!r}, which does not compile ({error})."
             ) from None
     return patterns
 

@@ -53,7 +53,9 @@ def not_elementwise(tx: Any, where: str = "inner") -> tuple[str, Any, str] | Non
         return where, tx, "it is not an optx transform, so whether it is elementwise is unknown"
     if not type(tx).elementwise:
         return where, tx, _REASONS.get(tx.name, _GENERAL)
-    for field in dataclasses.fields(tx):  # type: ignore[arg-type]
+    if not dataclasses.is_dataclass(tx):
+        return None
+    for field in dataclasses.fields(tx):
         value = getattr(tx, field.name)
         items = [(f"{where}.{field.name}", value)]
         if isinstance(value, tuple | list):
@@ -106,7 +108,7 @@ class Flatten(Transform):
             return FlattenState(self.inner.init(params), params.layout)
         checks.float_params("flatten.init", params)
         layout = make_layout(params, "flatten.init")
-        flat = FlatTree(layout.flatten(params, "flatten.init", "params"), layout)
+        flat = FlatTree(layout.flatten(params, "flatten.init", "params", "params"), layout)
         return FlattenState(_placed_like(self.inner.init(flat), flat), layout)
 
     def update(
@@ -143,12 +145,15 @@ def _placed_like(state: OptState, flat: FlatTree) -> OptState:
         placed = []
         for slot, buffer in zip(node.buffers, flat.buffers, strict=True):
             sharding = getattr(buffer, "sharding", None)
-            concrete = isinstance(slot, jax.Array) and not isinstance(slot, Tracer)
             # Only where it moves: a committed copy of an array already in place would make
             # the next jitted step compile again, for the committed outputs of the first.
-            if concrete and isinstance(sharding, jax.sharding.Sharding):
-                if not slot.sharding.is_equivalent_to(sharding, slot.ndim):
-                    slot = jax.device_put(slot, sharding)
+            if (
+                isinstance(slot, jax.Array)
+                and not isinstance(slot, Tracer)
+                and isinstance(sharding, jax.sharding.Sharding)
+                and not slot.sharding.is_equivalent_to(sharding, slot.ndim)
+            ):
+                slot = jax.device_put(slot, sharding)
             placed.append(slot)
         return FlatTree(tuple(placed), node.layout)
 
@@ -165,7 +170,7 @@ def _as_flat(api: str, what: str, tree: Any, layout: FlatLayout) -> FlatTree:
                 f"with `optx.flatten_tree(tree, like=...)`."
             )
         return tree
-    return FlatTree(layout.flatten(tree, api, what), layout)
+    return FlatTree(layout.flatten(tree, api, what, "the parameters given to `init`"), layout)
 
 
 def flatten(inner: GradientTransformationLike) -> Flatten:

@@ -92,12 +92,13 @@ class FlatLayout:
             [jax.ShapeDtypeStruct(s.shape, self.groups[s.group].dtype) for s in self.slots],
         )
 
-    def flatten(self, tree: PyTree, api: str, what: str) -> tuple[jax.Array, ...]:
+    def flatten(self, tree: PyTree, api: str, what: str, expected: str) -> tuple[jax.Array, ...]:
         """The buffers of ``tree``, which must have this layout's structure and shapes.
 
-        Each leaf is cast to its buffer's dtype.
+        Each leaf is cast to its buffer's dtype. Errors name ``tree`` as ``what`` and the
+        tree this layout was made from as ``expected``.
         """
-        checks.same_tree(api, tree, self.shapes(), what, "the tree this layout was made from")
+        checks.same_tree(api, tree, self.shapes(), what, expected)
         leaves = self.treedef.flatten_up_to(tree)
         parts: list[list[jax.Array]] = [[] for _ in self.groups]
         for leaf, slot in zip(leaves, self.slots, strict=True):
@@ -112,10 +113,20 @@ class FlatLayout:
         for group, sizes, buffer in zip(self.groups, self._sizes, buffers, strict=True):
             if not group.concatenated or len(sizes) == 1:
                 pieces.append([buffer])
-                continue
-            # `split`, not one slice per leaf: its transpose (under `jax.grad`) is one
-            # concatenation, where slices would transpose to a full-size pad per leaf.
-            pieces.append(list(jax.lax.split(buffer, sizes)))
+            elif isinstance(buffer, Tracer):
+                # `split`, not one slice per leaf: its transpose (under `jax.grad`) is one
+                # concatenation, where slices would transpose to a full-size pad per leaf.
+                pieces.append(list(jax.lax.split(buffer, sizes)))
+            else:
+                # Outside jit, slices at runtime offsets: one compiled program per leaf
+                # size, where `split` would compile a kernel per leaf.
+                offsets = np.cumsum((0, *sizes[:-1])).tolist()
+                pieces.append(
+                    [
+                        jax.lax.dynamic_slice_in_dim(buffer, np.int32(o), n)
+                        for o, n in zip(offsets, sizes, strict=True)
+                    ]
+                )
         taken = [0] * len(self.groups)
         leaves = []
         for slot in self.slots:
@@ -353,7 +364,7 @@ def flatten_tree(tree: PyTree, like: FlatTree | None = None) -> FlatTree:
                 f"`flatten_tree` needs like to be a FlatTree or None. "
                 f"Received: like of type {type(like).__name__}."
             )
-        return FlatTree(like.layout.flatten(tree, "flatten_tree", "tree"), like.layout)
+        return FlatTree(like.layout.flatten(tree, "flatten_tree", "tree", "like"), like.layout)
     layout = make_layout(tree)
     leaves = layout.treedef.flatten_up_to(tree)
     parts: list[list[Any]] = [[] for _ in layout.groups]

@@ -132,6 +132,10 @@ class DynamicLossScaleState(NamedTuple):
 
 
 _INT32_MAX = int(jnp.iinfo(jnp.int32).max)
+# The least scale: float32's smallest normal number. Halved below it, the scale would be
+# flushed to zero (XLA:CPU flushes subnormal numbers), and the next finite step would divide
+# the gradients by zero.
+_MIN_SCALE = float(jnp.finfo(jnp.float32).smallest_normal)
 
 
 @transform
@@ -189,7 +193,8 @@ class DynamicLossScale(Transform):
         # Only the branch taken runs: a skipped step does not compute the inner update.
         new_updates, inner_state = jax.lax.cond(finite, apply, skip, None)
         grow = finite & (state.growth_count >= self.growth_interval - 1)
-        new_scale = jnp.where(finite, jnp.where(grow, scale * 2.0, scale), scale * 0.5)
+        halved = jnp.maximum(scale * 0.5, _MIN_SCALE)
+        new_scale = jnp.where(finite, jnp.where(grow, scale * 2.0, scale), halved)
         growth_count = jnp.where(finite & ~grow, state.growth_count + 1, 0)
         applied = jnp.where(finite, safe_increment(state.applied_count), state.applied_count)
         return new_updates, DynamicLossScaleState(
@@ -214,7 +219,9 @@ def dynamic_loss_scale(
     doubles if this is the ``growth_interval``-th finite step in a row since it last changed.
     If any is a NaN or an infinity, the step is skipped (negative-zero updates, which
     `optx.apply_updates` adds without changing a bit of the parameters; ``inner``'s state
-    unchanged) and :math:`s` halves. ``None`` gradients are ignored.
+    unchanged) and :math:`s` halves, down to float32's smallest normal number
+    (:math:`2^{-126}`; without that floor, about 140 non-finite steps in a row would take it
+    to zero). ``None`` gradients are ignored.
 
     The scale lives in the state (it changes every step), not among the hyperparameters;
     read it with `loss_scale`.

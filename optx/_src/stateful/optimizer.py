@@ -87,6 +87,15 @@ class Optimizer(SlotDeclarations, StatefulBase):
     subclasses also OptimizerV2's ``lr`` (deprecated alias) and ``decay`` (inverse-time
     decay of the learning rate).
 
+    Non-finite gradients are applied as Keras applies them: a NaN reaches the parameters
+    or the slots. `LossScaleOptimizer` (or a transform wrapped in `optx.apply_if_finite`)
+    skips such steps, leaving every bit of the parameters and slots as it was.
+
+    Thread-safe: two threads may step one optimizer; a lock serialises the steps (each
+    applied once) and the reads of ``iterations`` and hyperparameters. The arrays of
+    ``variables`` are the live state, which the next step donates: read them in the
+    stepping thread.
+
     Example:
       >>> import jax.numpy as jnp, optx
       >>> opt = optx.optimizers.Optimizer(optx.adam(0.1), name="adam")

@@ -62,9 +62,10 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
     `apply_gradients` (reading the variables, stepping, assigning them), `stateless_apply`,
     `build`, setting a hyperparameter, loading variables, and reading `variables`,
     `iterations` or a hyperparameter. Two threads stepping one optimizer apply every step
-    once, one after the other. The arrays `variables` returns are the state's own buffers,
-    which the next step donates: copy them to keep them while another thread steps. A copy
-    (`copy.deepcopy`) gets a lock of its own.
+    once, one after the other; `iterations` and hyperparameters read meanwhile are copies
+    of one consistent state. The arrays `variables` returns are the state's own buffers,
+    which the next step donates: read them in the thread that steps (or between steps). A
+    copy (`copy.deepcopy`) gets a lock of its own.
 
     Args:
       transform: any transform with optax's ``init``/``update`` protocol (optx's, optax's).
@@ -384,11 +385,12 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         self._check_inputs("stateless_apply", grads, params)
         # The optimizer's own buffers (`variables` hands them out) are copied, not donated:
         # the optimizer stays usable after a loop started from `opt.variables`.
-        own = {id(x) for x in jax.tree.leaves((self._state, self._count))}
-        variables = {
-            k: jnp.array(v, copy=True) if id(v) in own else v
-            for k, v in optimizer_variables.items()
-        }
+        own = set(map(id, jax.tree.leaves((self._state, self._count))))
+        variables = dict(optimizer_variables)
+        if not own.isdisjoint(map(id, variables.values())):  # built-ins: no Python loop
+            variables = {
+                k: jnp.array(v, copy=True) if id(v) in own else v for k, v in variables.items()
+            }
         step = self._function("stateless", bool(skip_gradients_aggregation))
         new_params, new_variables = step(variables, grads, params)
         # jit returns dicts with sorted keys; hand them back in `variables` order.
