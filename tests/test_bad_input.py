@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import os
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -1518,6 +1519,11 @@ def test_count_of_bad_inputs() -> None:
         + len(SCHEDULE_CONFIGS) * 2
     )
     print(f"\nbad inputs tried: {len(TRIED)} distinct ({deterministic} deterministic cases)")
+    assert deterministic >= 9_000, deterministic
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        # Under pytest-xdist this process ran only some of the module's cases: each of them
+        # is asserted by its own test, and the full count is checked by a run without -n.
+        return
     assert len(TRIED) >= deterministic, (
         f"only {len(TRIED)} bad inputs recorded for {deterministic} deterministic cases: run "
         f"the whole module"

@@ -360,7 +360,7 @@ MODULES = {"constraints", "optimizers", "schedules", "tree"}
 
 README_QUICK_START = [
     'pip install -e ".[demo]" && python -m optx.demo',
-    'pip install -e ".[test]" && pytest',
+    'pip install -e ".[test]" && pytest -n auto',
 ]
 
 
