@@ -1497,8 +1497,8 @@ def test_keras_schedule_from_config_with_hostile_dicts(cls: type) -> None:
 # Last in the module: how many distinct bad inputs the tests above tried.
 
 
-def test_count_of_bad_inputs() -> None:
-    """Run with the whole module (``-s`` prints the count).
+def test_count_of_bad_inputs(request: pytest.FixtureRequest) -> None:
+    """Prints the count (see it with ``-s``); checks it when the whole module ran.
 
     Every deterministic case records itself in `TRIED` (hypothesis adds its examples), so the
     count is at least the number of deterministic cases; fewer means a case stopped running.
@@ -1523,6 +1523,13 @@ def test_count_of_bad_inputs() -> None:
     if os.environ.get("PYTEST_XDIST_WORKER") is not None:
         # Under pytest-xdist this process ran only some of the module's cases: each of them
         # is asserted by its own test, and the full count is checked by a run without -n.
+        return
+    # Only a run of the whole module: none of its items deselected (-k, -m), all selected.
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    deselected = reporter.stats.get("deselected", []) if reporter is not None else []
+    selected = {i.originalname for i in request.session.items if i.path == request.path}
+    tests = {name for name in globals() if name.startswith("test_")}
+    if any(i.path == request.path for i in deselected) or selected != tests:
         return
     assert len(TRIED) >= deterministic, (
         f"only {len(TRIED)} bad inputs recorded for {deterministic} deterministic cases: run "
