@@ -29,15 +29,21 @@ def _raw(opt: Any, params: Any, grads: Any, donate: tuple[int, ...]) -> Callable
     tx = opt.transform
     state = tx.init(params)
 
+    # Outputs in the order of the donated inputs: JAX pairs them by shape in order, and
+    # new parameters listed before a donated state would take the moments' buffers.
+    state_first = donate == (1,)
+
     def step(p: Any, s: Any, g: Any) -> tuple[Any, Any]:
         updates, s = tx.update(g, s, p)
-        return optx.apply_updates(p, updates), s
+        new = optx.apply_updates(p, updates)
+        return (s, new) if state_first else (new, s)
 
     compiled, _ = timing.compile_step(step, (params, state, grads), donate)
     box = [params, state]
 
     def run() -> Any:
-        box[0], box[1] = compiled(box[0], box[1], grads)
+        out = compiled(box[0], box[1], grads)
+        box[1], box[0] = out if state_first else out[::-1]
         return box[0]
 
     return run

@@ -101,6 +101,27 @@ def test_round_trip_edge_cases(tree) -> None:
     assert len(flat.buffers) == len({jnp.result_type(x) for x in jax.tree.leaves(tree)})
 
 
+def test_a_lone_leaf_keeps_its_shape_and_a_donated_step_copies_nothing() -> None:
+    tree = {"w": jnp.ones((64, 32)), "h": jnp.ones((3, 2), jnp.bfloat16), "b": jnp.ones(5)}
+    flat = optx.flatten_tree({"w": tree["w"], "h": tree["h"]})
+    assert [b.shape for b in flat.buffers] == [(3, 2), (64, 32)]  # one leaf per dtype
+    assert repr(flat) == "FlatTree(2 leaves; bfloat16: bfloat16[3, 2], float32: float32[64, 32])"
+    chex.assert_trees_all_equal(flat.unflatten(), {"w": tree["w"], "h": tree["h"]})
+    assert [b.shape for b in optx.flatten_tree(tree).buffers] == [(2053,), (3, 2)]
+    # adamw reads the parameters twice (its decay, then apply_updates): were the lone leaf
+    # raveled, XLA would copy the donated parameters instead of updating them in place.
+    params = {"w": jnp.ones((256, 128))}
+    for tx in (optx.adamw(0.1), optx.flatten(optx.adamw(0.1))):
+
+        def step(p, s, g, tx=tx):
+            u, s = tx.update(g, s, p)
+            return optx.apply_updates(p, u), s
+
+        compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, tx.init(params), params)
+        temp = compiled.compile().memory_analysis().temp_size_in_bytes
+        assert temp < 256 * 128 * 4, (tx, temp)
+
+
 def test_like_lays_out_another_tree() -> None:
     flat = optx.flatten_tree(make_tree(0))
     other = optx.flatten_tree(jax.tree.map(lambda x: x.astype(jnp.float32), make_tree(1)), flat)
@@ -427,6 +448,48 @@ def test_flatten_errors() -> None:
         ),
     ):
         tx.init({"n": jnp.arange(3), "w": jnp.ones(2)})
+    for bad in (-1, 2.5, True, "8"):
+        with pytest.raises(
+            ValueError,
+            match=re.escape(
+                f"`flatten` needs max_concat_size to be an int >= 0 or None. "
+                f"Received: max_concat_size={bad!r}."
+            ),
+        ):
+            optx.flatten(optx.adam(0.1), max_concat_size=bad)
+
+
+def test_large_leaves_keep_their_own_state_buffers() -> None:
+    tree = {"big": jnp.linspace(0.0, 1.0, 40).reshape(8, 5), "b": jnp.ones(3), "c": -jnp.ones(4)}
+    grads = jax.tree.map(lambda x: 0.1 * x + 0.05, tree)
+    per_leaf = optx.adamw(0.1, weight_decay=0.1)
+    expected = _steps_with(per_leaf, tree, grads, 3)
+    for size, shapes in ((16, [(7,), (8, 5)]), (40, [(47,)]), (None, [(47,)]), (0, None)):
+        tx = optx.flatten(per_leaf, max_concat_size=size)
+        state = tx.init(tree)
+        if shapes is None:  # every leaf keeps its own buffer
+            shapes = [(3,), (8, 5), (4,)]
+        assert [b.shape for b in state.inner_state[0].mu.buffers] == shapes, size
+        check_close(f"max_concat_size={size}", _steps_with(tx, tree, grads, 3), expected)
+    # The default concatenates small leaves only.
+    assert optx.flatten(per_leaf).max_concat_size == 2**11
+    tree = {"w": jnp.ones((32, 65)), "v": jnp.ones((32, 64)), "b": jnp.ones(2)}
+    layout = optx.flatten(per_leaf).init(tree).layout
+    want = "FlatLayout(3 leaves; float32: float32[2050], float32:w: float32[32, 65])"
+    assert repr(layout) == want
+
+
+def _steps_with(tx, params, grads, n):
+    state = tx.init(params)
+    step = jax.jit(lambda p, s: _apply(tx, p, s, grads))
+    for _ in range(n):
+        params, state = step(params, state)
+    return params
+
+
+def _apply(tx, params, state, grads):
+    updates, state = tx.update(grads, state, params)
+    return optx.apply_updates(params, updates), state
 
 
 def test_flatten_tree_errors() -> None:

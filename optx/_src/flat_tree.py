@@ -5,7 +5,8 @@ small leaves is dominated by that cost. A `FlatTree` holds a pytree as one 1-D b
 dtype (leaves concatenated in tree order); its static layout remembers the tree's structure
 and, per leaf, its buffer, offset, shape and path (DESIGN D3). Leaves with a sharding that
 is not fully replicated keep their own buffer, in their own shape, so that flattening never
-gathers a sharded array (DESIGN D8).
+gathers a sharded array (DESIGN D8). The only leaf of a dtype keeps its shape too:
+raveling it would save no arrays.
 """
 
 from __future__ import annotations
@@ -168,6 +169,9 @@ class FlatTree:
 
     A leaf whose array carries a sharding that is not fully replicated keeps a buffer of its
     own, in its own shape and sharding: concatenating it with other leaves would gather it.
+    So does a leaf that is the only one of its dtype: a 1-D copy would save no arrays, and
+    a step that reads the donated parameters both raveled and in their own shape makes XLA
+    copy them.
     Fully replicated (or single-device) leaves of one dtype on one set of devices share a
     buffer. Sharding is read from concrete arrays: flatten outside ``jit``.
 
@@ -295,8 +299,13 @@ def _dtype(api: str, path: str, leaf: Any) -> np.dtype:
     return np.dtype(jnp.result_type(leaf))
 
 
-def make_layout(tree: PyTree, api: str = "flatten_tree") -> FlatLayout:
-    """The layout that `flatten_tree` gives ``tree`` (its leaves are only looked at)."""
+def make_layout(
+    tree: PyTree, api: str = "flatten_tree", max_concat_size: int | None = None
+) -> FlatLayout:
+    """The layout that `flatten_tree` gives ``tree`` (its leaves are only looked at).
+
+    A leaf with more than ``max_concat_size`` elements (if given) keeps a buffer of its own.
+    """
     with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
     keys: dict[Any, int] = {}
     groups: list[_Group] = []
@@ -307,6 +316,8 @@ def make_layout(tree: PyTree, api: str = "flatten_tree") -> FlatLayout:
         dtype = _dtype(api, name, leaf)
         shape = tuple(int(d) for d in np.shape(leaf))
         placement = _placement(leaf)
+        if max_concat_size is not None and _size(shape) > max_concat_size:
+            placement = "own"
         if placement == "own":
             slots.append(_Slot(len(groups), 0, shape))
             groups.append(_Group(f"{dtype.name}:{name}", dtype.name, shape, False))
@@ -322,7 +333,19 @@ def make_layout(tree: PyTree, api: str = "flatten_tree") -> FlatLayout:
         index = keys[key]
         slots.append(_Slot(index, sizes[index], shape))
         sizes[index] += _size(shape)
-    groups = [g._replace(shape=(sizes[i],)) if g.concatenated else g for i, g in enumerate(groups)]
+    counts = [0] * len(groups)
+    for slot in slots:
+        counts[slot.group] += 1
+    for i, group in enumerate(groups):
+        if not group.concatenated:
+            continue
+        if counts[i] == 1:
+            # A lone leaf keeps its own shape: a raveled copy would be a reshape that makes
+            # XLA copy a donated parameter read both flat and in its own shape.
+            shape = next(s.shape for s in slots if s.group == i)
+            groups[i] = group._replace(shape=shape, concatenated=False)
+        else:
+            groups[i] = group._replace(shape=(sizes[i],))
     paths = tuple(path_name(p) for p, _ in with_paths)
     return FlatLayout(treedef, tuple(groups), tuple(slots), paths)
 
@@ -331,8 +354,9 @@ def flatten_tree(tree: PyTree, like: FlatTree | None = None) -> FlatTree:
     """Holds a pytree of arrays as a `FlatTree`: one 1-D buffer per dtype.
 
     Leaves of one dtype are raveled and concatenated in tree order. A leaf whose sharding
-    is not fully replicated keeps its own buffer, in its own shape and sharding (see
-    `FlatTree`). ``None`` leaves (empty subtrees) stay in the structure and hold nothing.
+    is not fully replicated, or the only leaf of its dtype, keeps its own buffer, in its
+    own shape and sharding (see `FlatTree`). ``None`` leaves (empty subtrees) stay in the
+    structure and hold nothing.
 
     Args:
       tree: a pytree of arrays (or numbers).

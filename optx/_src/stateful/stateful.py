@@ -255,12 +255,12 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
     def _sharded_step(self, kind: str, statics: tuple[Any, ...]) -> Callable[..., Any]:
         """The step pinned to the shardings `build` found: outputs keep them step after step."""
         params_sh, state_sh, replicated = self._placement
-        if kind == "step":  # (state, count, grads, params); donates state and count
-            donate, out = (0, 1), (params_sh, state_sh, replicated)
-        else:  # (variables, grads, params); donates variables and params
+        if kind == "step":  # (state, count, grads, params) -> (state, count, params)
+            donate, out = (0, 1), (state_sh, replicated, params_sh)
+        else:  # (variables, grads, params) -> (variables, params)
             layout = self._require_built("stateless_apply")
             variables = {ITERATIONS: replicated, **layout.to_dict(state_sh)}
-            donate, out = (0, 2), (params_sh, variables)
+            donate, out = (0, 2), (variables, params_sh)
         return jax.jit(
             functools.partial(STEPS[kind], *statics), donate_argnums=donate, out_shardings=out
         )
@@ -287,7 +287,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         if not self.built:  # a subclass's `build` that does not call `super().build`
             StatefulBase.build(self, params)
         self._check_inputs(self.__dict__.get("_calling") or "apply", grads, params)
-        new_params, self._state, self._count = self._function("step")(
+        self._state, self._count, new_params = self._function("step")(
             self._state, self._count, grads, params
         )
         return new_params
@@ -392,7 +392,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
                 k: jnp.array(v, copy=True) if id(v) in own else v for k, v in variables.items()
             }
         step = self._function("stateless", bool(skip_gradients_aggregation))
-        new_params, new_variables = step(variables, grads, params)
+        new_variables, new_params = step(variables, grads, params)
         # jit returns dicts with sorted keys; hand them back in `variables` order.
         return new_params, {k: new_variables[k] for k in (ITERATIONS, *layout.order)}
 

@@ -25,13 +25,20 @@ def spec(params: Params) -> list[tuple[str, tuple[int, ...], Any]]:
     ]
 
 
+# Outputs come in the order of the donated inputs. JAX hands each output the buffer of the
+# first unused donated input of the same shape and dtype, in order: new parameters listed
+# before the state would take the buffers of the moments and make XLA copy them back
+# (392 copies per step on the GPT-shaped tree of `bench/`: 26 ms against 19 ms).
+
+
 def _step(
     transform: GradientTransformationLike, state: Any, count: jax.Array, grads: Any, params: Params
-) -> tuple[Params, Any, jax.Array]:
+) -> tuple[Any, jax.Array, Params]:
+    """``(state, count, grads, params) -> (state, count, new params)``; donates the first two."""
     # A `None` gradient skips its parameter and leaves its slots as they are (a no-op
     # when every gradient is there).
     updates, state = skip_missing(transform).update(grads, state, params)
-    return apply_updates(params, updates), state, safe_increment(count)
+    return state, safe_increment(count), apply_updates(params, updates)
 
 
 def _stateless(
@@ -40,12 +47,13 @@ def _stateless(
     variables: Mapping[str, Any],
     grads: Any,
     params: Params,
-) -> tuple[Params, dict[str, Any]]:
+) -> tuple[dict[str, Any], Params]:
+    """``(variables, grads, params) -> (variables, new params)``; donates variables, params."""
     state = layout.from_dict(
         "stateless_apply", {k: v for k, v in variables.items() if k != ITERATIONS}
     )
-    new_params, state, count = _step(transform, state, variables[ITERATIONS], grads, params)
-    return new_params, {ITERATIONS: count, **layout.to_dict(state)}
+    state, count, new_params = _step(transform, state, variables[ITERATIONS], grads, params)
+    return {ITERATIONS: count, **layout.to_dict(state)}, new_params
 
 
 STEPS: dict[str, Callable[..., Any]] = {"step": _step, "stateless": _stateless}
