@@ -54,12 +54,15 @@ def installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def run_jax(row: Row, make: Make, loops: int, nondonated: bool) -> Row:
-    """Compiles and times ``make``'s step, donated (and not, if asked); fills ``row``."""
+def run_jax(
+    row: Row, make: Make, loops: int, nondonated: bool, options: dict[str, Any] | None = None
+) -> Row:
+    """Compiles (with XLA ``options``) and times ``make``'s step, donated (and not, if
+    asked); fills ``row``."""
     for donate in (True, False) if nondonated else (True,):
         fn, params, state, grads = make()
         compiled, seconds = timing.compile_step(
-            fn, (params, state, grads), (0, 1) if donate else ()
+            fn, (params, state, grads), (0, 1) if donate else (), options
         )
         box = [params, state]
 

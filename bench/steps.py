@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import optx
 from bench import bandwidth, optimizers, peers, workloads
 from bench.peers import Row
+from bench.workloads import XLA_OPTIONS
 
-OPTX_VARIANTS = ("per-leaf", "flat state", "flat params")
+OPTX_VARIANTS = ("per-leaf", "flat state", "flat params", f"per-leaf, {XLA_OPTIONS}")
 
 
 def run(
@@ -32,6 +34,12 @@ def run(
         else:
             row.note = "not installed"
         rows.append(row)
+        options = optx.compiler_options()
+        if options and has_optax and w.runs("optax", XLA_OPTIONS, opt):
+            row = Row(opt, "optax", XLA_OPTIONS)
+            make = peers.optax_make(opt, params, grads)
+            _guard(row, peers.run_jax, make, loops, False, options)  # donated only
+            rows.append(row)
         row = Row(opt, "keras", "stateless_apply, jitted")
         if keras_note:
             row.note = keras_note
@@ -48,12 +56,19 @@ def run(
                 _guard(row, peers.run_torch, params, grads, loops)
             rows.append(row)
         for variant in OPTX_VARIANTS:
-            row = Row(opt, "optx", variant, note=peers.optx_note(opt, variant))
+            with_options = variant.endswith(XLA_OPTIONS)
+            if with_options and not options:
+                continue  # no options for this backend: the per-leaf row says it all
+            base = variant.split(",")[0]
+            row = Row(opt, "optx", variant, note=peers.optx_note(opt, base))
             if not row.note and not w.runs("optx", variant, opt):
                 row.note = f"skipped at --size {size}"
             if not row.note:
-                make = peers.optx_make(opt, variant, params, grads)
-                _guard(row, peers.run_jax, make, loops, nondonated)
+                make = peers.optx_make(opt, base, params, grads)
+                if with_options:  # donated only
+                    _guard(row, peers.run_jax, make, loops, False, options)
+                else:
+                    _guard(row, peers.run_jax, make, loops, nondonated)
             rows.append(row)
     spec_bytes = {opt: optimizers.SPECS[opt].bytes_per_step(shapes) for opt in optimizers.NAMES}
     for row in rows:

@@ -69,10 +69,17 @@ def _step_lines(name: str, res: dict[str, Any]) -> list[list[str]]:
         lines.append(_line("large: adamw <= 1.2x torch", 1.2, ratio, "best optx variant"))
 
     def temp(o: str) -> float | None:
-        mem = [r.memory for r in rows if r.optimizer == o and r.variant == "per-leaf"]
-        if not mem or not mem[0] or mem[0].get("temp", -1) < 0:
-            return None
-        return mem[0]["temp"] / res["param_bytes"]
+        # The per-leaf step, with `optx.compiler_options()` where this backend has them.
+        mem = [
+            r.memory["temp"]
+            for r in rows
+            if r.optimizer == o
+            and r.library == "optx"
+            and r.variant.startswith("per-leaf")
+            and r.memory
+            and r.memory.get("temp", -1) >= 0
+        ]
+        return min(mem) / res["param_bytes"] if mem else None
 
     # No temporary the size of the parameters: under 1x (0.999: float round-off).
     lines.append(_worst(f"{name}: donated temp / param bytes < 1", 0.999, rows, temp))

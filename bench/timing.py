@@ -50,7 +50,10 @@ def memory(compiled: Any) -> dict[str, int]:
 
 
 def compile_step(
-    fn: Callable[..., Any], args: Sequence[Any], donate: tuple[int, ...] = ()
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    donate: tuple[int, ...] = (),
+    options: dict[str, Any] | None = None,
 ) -> tuple[Any, float]:
     """Compiles ``fn`` for ``args``; returns the executable and the seconds it took.
 
@@ -58,7 +61,8 @@ def compile_step(
     the time covers tracing, lowering to StableHLO and XLA's compilation.
     """
     start = time.perf_counter()
-    compiled = jax.jit(fn, donate_argnums=donate).trace(*args).lower().compile()
+    jitted = jax.jit(fn, donate_argnums=donate, compiler_options=options or None)
+    compiled = jitted.trace(*args).lower().compile()
     return compiled, time.perf_counter() - start
 
 

@@ -13,6 +13,8 @@ import jax
 import numpy as np
 
 SIZES = ("tiny", "small", "full")
+# The variant name of the steps compiled with `optx.compiler_options()`.
+XLA_OPTIONS = "XLA options"
 
 
 def gpt_shapes(layers: int, width: int, vocab: int, context: int) -> dict[str, Any]:
@@ -57,11 +59,14 @@ class Workload:
     keras: tuple[str, ...]
     flat_state: tuple[str, ...]
     flat_params: tuple[str, ...]
+    # The steps compiled with `optx.compiler_options()` (optax's and optx's per-leaf).
+    xla_options: tuple[str, ...] = ()
 
     def runs(self, library: str, variant: str, optimizer: str) -> bool:
         """Whether this size runs that row (optax and optx's per-leaf step always run)."""
         limit = {"keras": self.keras, "flat state": self.flat_state}
         limit["flat params"] = self.flat_params
+        limit[XLA_OPTIONS] = limit[f"per-leaf, {XLA_OPTIONS}"] = self.xla_options
         return optimizer in limit.get(variant, limit.get(library, ALL))
 
     def leaf_shapes(self) -> list[tuple[int, ...]]:
@@ -128,7 +133,7 @@ def workload(name: str, size: str) -> Workload:
         extras = flat_params = _TINY_EXTRAS[name]
     elif size == "full" and name in ("wide", "many"):
         extras = ("adam",)
-    return Workload(name, title, shapes, ALL, extras, extras, extras, flat_params)
+    return Workload(name, title, shapes, ALL, extras, extras, extras, flat_params, extras)
 
 
 # Leaf counts of the compile-time sweep (leaves of 64 floats) and of the per-call fit.

@@ -151,6 +151,7 @@ from optx._src.combine import masked as masked
 from optx._src.combine import multi_transform as multi_transform
 from optx._src.combine import named_chain as named_chain
 from optx._src.combine import partition as partition
+from optx._src.compiler import compiler_options as compiler_options
 from optx._src.constraints import constrain as constrain
 from optx._src.distributed import aggregate_gradients as aggregate_gradients
 from optx._src.ema_params import EmaParamsState as EmaParamsState

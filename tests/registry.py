@@ -118,6 +118,7 @@ FACTORIES_WITH_ARGS = frozenset(
 NOT_FACTORIES = frozenset(
     {
         "apply_updates",
+        "compiler_options",
         "ema_params_value",
         "embedding_grad",
         "flatten_tree",

@@ -15,13 +15,21 @@ import sys
 
 import pytest
 
+import optx
+
 pytestmark = pytest.mark.slow
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 STEP_WORKLOADS = ("large", "wide", "many", "gpt")
 OPTIMIZERS = ("adam", "adamw", "sgd", "lion", "adafactor", "chain")
 TORCH_OPTIMIZERS = ("adam", "adamw", "sgd", "chain")
-OPTX_VARIANTS = ("per-leaf", "flat state", "flat params")
+# With `optx.compiler_options()` for this backend (CPU: one), per-leaf steps compiled with
+# them too, for optax and optx.
+WITH_OPTIONS = bool(optx.compiler_options())
+OPTX_VARIANTS = ("per-leaf", "flat state", "flat params") + (
+    ("per-leaf, XLA options",) if WITH_OPTIONS else ()
+)
+FLAT = ("flat state", "flat params")
 REL = 1e-9  # recomputed ratios: the same float64 arithmetic
 
 
@@ -74,7 +82,9 @@ def test_every_optimizer_has_finite_figures(run, workload):
     res = results[workload]
     assert _finite(res["triad_gbps"]) and res["triad_gbps"] > 0
     for opt in OPTIMIZERS:
-        (optax,) = _rows(results, workload, opt, "optax")
+        optax, *optax_options = _rows(results, workload, opt, "optax")
+        assert optax["variant"] == ""
+        assert [r["variant"] for r in optax_options] in ([], ["XLA options"] * WITH_OPTIONS)
         optx_rows = _rows(results, workload, opt, "optx")
         assert [r["variant"] for r in optx_rows] == list(OPTX_VARIANTS)
         assert len(_rows(results, workload, opt, "keras")) == 1
@@ -82,7 +92,8 @@ def test_every_optimizer_has_finite_figures(run, workload):
         assert len(torch_rows) == (opt in TORCH_OPTIMIZERS)
         if torch_rows and importlib.util.find_spec("torch") is None:
             assert torch_rows[0]["note"] == "not installed"
-        for row in [optax, *optx_rows, *_rows(results, workload, opt, "keras"), *torch_rows]:
+        peers = [optax, *optax_options, *_rows(results, workload, opt, "keras"), *torch_rows]
+        for row in [*peers, *optx_rows]:
             if row["donated"] is None:  # only where the note says why
                 assert row["note"], row
                 continue
@@ -112,7 +123,7 @@ def test_every_optimizer_runs_each_variant_somewhere(run):
         assert any(r["library"] == "optx" and r["plain"] for r in rows), opt
         for variant in OPTX_VARIANTS[1:]:
             ran = [r for r in rows if r["variant"] == variant and r["donated"]]
-            if opt == "adafactor":  # factored second moments: optx.flatten refuses it
+            if opt == "adafactor" and variant in FLAT:  # optx.flatten refuses it
                 assert not ran
             else:
                 assert ran, (opt, variant)
@@ -134,7 +145,7 @@ def test_compile_sweep(run):
     for n in leaves:
         at_n = {(r["library"], r["variant"]): r for r in rows if r["leaves"] == n}
         base = at_n[("optax", "")]
-        for key in [("optax", "optax.flatten"), *[("optx", v) for v in OPTX_VARIANTS]]:
+        for key in [("optax", "optax.flatten"), *[("optx", v) for v in OPTX_VARIANTS[:3]]]:
             r = at_n[key]
             assert _finite(r["compile_s"]) and r["compile_s"] > 0, r
             assert r["ratio"] == pytest.approx(r["compile_s"] / base["compile_s"], rel=REL)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -208,3 +209,17 @@ def test_errors() -> None:
     two = optx.chain(optx.monitor(optx.clip(1.0)), optx.monitor(optx.sgd(0.1)))
     with pytest.raises(ValueError, match=re.escape("Received: a state holding 2.")):
         optx.monitor_metrics(two.init(make_params()))
+    # A complex gradient is refused by the monitor itself, before its norms would cast it.
+    tx = optx.monitor(optx.sgd(0.1))
+    params = {"w": jnp.ones(2, jnp.float32)}
+    state = tx.init(params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ComplexWarning from a cast first
+        with pytest.raises(
+            TypeError,
+            match=re.escape(
+                "`monitor.update` needs floating-point updates (float16, bfloat16, float32 or "
+                "float64). Received: updates['w'] of dtype complex64."
+            ),
+        ):
+            tx.update({"w": jnp.ones(2, jnp.complex64)}, state, params)

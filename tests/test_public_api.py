@@ -101,6 +101,7 @@ OPTX_NAMES = [
     "clip_by_block_rms",
     "clip_by_global_norm",
     "clip_by_norm",
+    "compiler_options",
     "constrain",
     "constraints",
     "decay_before",

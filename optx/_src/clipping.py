@@ -144,10 +144,14 @@ class ClipByGlobalNorm(_Clip):
         # Squares summed in float32 whatever the leaves' dtype: a bfloat16 sum per leaf would
         # round each leaf's share, so the norm would depend on how leaves are grouped.
         g_norm = tree_lib.norm([_f32(u) for u in jax.tree.leaves(updates) if u is not None])
-        keep = g_norm < c
+        # One scalar factor, multiplied in (in float32 at least): XLA fuses a product with a
+        # scalar into every consumer of the clipped leaf (Adam's two moments), where a
+        # division per element made XLA:CPU write the clipped gradients out first, a
+        # temporary the size of the parameters. Below the threshold the factor is exactly 1.
+        factor = jnp.where(g_norm < c, jnp.ones_like(g_norm), c / g_norm)
 
         def clip_leaf(u: jax.Array) -> jax.Array:
-            return jax.lax.select(keep, u, ((u / g_norm.astype(u.dtype)) * c).astype(u.dtype))
+            return (_f32(u) * factor).astype(u.dtype)
 
         return _map(clip_leaf, updates), state
 

@@ -72,6 +72,8 @@ class Monitor(Transform):
     def update(
         self, updates: Updates, state: MonitorState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, MonitorState]:
+        # Before the norms: they would cast a complex gradient to real, with a warning.
+        checks.float_updates("monitor.update", updates)
         old_inner = state.inner_state
         grad_norm = _norm(updates)
         param_norm = _norm(params) if params is not None else jnp.zeros([], _F32)

@@ -15,6 +15,7 @@ import numpy as np
 from optx._src import hyperparams as hp
 from optx._src import reprs
 from optx._src.base import GradientTransformationLike, Params
+from optx._src.compiler import compiler_options
 from optx._src.sharding import sharded_init
 from optx._src.stateful import views
 from optx._src.stateful.checkpoint import CheckpointMixin
@@ -23,11 +24,11 @@ from optx._src.stateful.keras_args import config_arguments
 from optx._src.stateful.layout import Layout, carry_over, check_keys, own_buffers
 from optx._src.stateful.step import (
     ITERATIONS,
-    JITTED,
     STEPS,
     check_dtypes,
     check_grads,
     check_params,
+    jitted,
     missing_gradients,
     spec,
 )
@@ -237,22 +238,30 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
                 hashable = True
             except TypeError:
                 hashable = False
+            # XLA options for a donated step (`optx.compiler_options`), for the default backend.
+            options = compiler_options()
             if not self.jit_compile:
                 fn = functools.partial(STEPS[kind], *statics)
             elif self._placement is not None:
-                fn = self._sharded_step(kind, statics)
+                fn = self._sharded_step(kind, statics, options)
             elif hashable:
                 # Shared by every optimizer with an equal chain: a rebuilt optimizer (a
                 # re-run notebook cell) hits the compile cache.
-                fn = functools.partial(JITTED[kind], *statics)
+                fn = functools.partial(jitted(kind, tuple(sorted(options.items()))), *statics)
             else:
                 # Argument numbers of the partial: the statics are bound already.
                 donate = (0, 1) if kind == "step" else (0, 2)
-                fn = jax.jit(functools.partial(STEPS[kind], *statics), donate_argnums=donate)
+                fn = jax.jit(
+                    functools.partial(STEPS[kind], *statics),
+                    donate_argnums=donate,
+                    compiler_options=options or None,
+                )
             self._compiled[key] = fn
         return fn
 
-    def _sharded_step(self, kind: str, statics: tuple[Any, ...]) -> Callable[..., Any]:
+    def _sharded_step(
+        self, kind: str, statics: tuple[Any, ...], options: dict[str, Any]
+    ) -> Callable[..., Any]:
         """The step pinned to the shardings `build` found: outputs keep them step after step."""
         params_sh, state_sh, replicated = self._placement
         if kind == "step":  # (state, count, grads, params) -> (state, count, params)
@@ -262,7 +271,10 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
             variables = {ITERATIONS: replicated, **layout.to_dict(state_sh)}
             donate, out = (0, 2), (variables, params_sh)
         return jax.jit(
-            functools.partial(STEPS[kind], *statics), donate_argnums=donate, out_shardings=out
+            functools.partial(STEPS[kind], *statics),
+            donate_argnums=donate,
+            out_shardings=out,
+            compiler_options=options or None,
         )
 
     @_locked

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -57,10 +58,22 @@ def _stateless(
 
 
 STEPS: dict[str, Callable[..., Any]] = {"step": _step, "stateless": _stateless}
-JITTED: dict[str, Callable[..., Any]] = {
-    "step": jax.jit(_step, static_argnums=0, donate_argnums=(1, 2)),
-    "stateless": jax.jit(_stateless, static_argnums=(0, 1), donate_argnums=(2, 4)),
-}
+_JIT_ARGS = {"step": (0, (1, 2)), "stateless": ((0, 1), (2, 4))}  # static, donated
+
+
+@functools.cache
+def jitted(kind: str, options: tuple[tuple[str, Any], ...]) -> Callable[..., Any]:
+    """The jitted step ``kind``, its transform (and layout) static, compiled with ``options``.
+
+    One per kind and options: optimizers with equal chains share its compile cache.
+    """
+    static, donate = _JIT_ARGS[kind]
+    return jax.jit(
+        STEPS[kind],
+        static_argnums=static,
+        donate_argnums=donate,
+        compiler_options=dict(options) or None,
+    )
 
 
 def check_params(
