@@ -57,7 +57,10 @@ def _step_lines(name: str, res: dict[str, Any]) -> list[list[str]]:
     rows = res["rows"]
 
     def vs_optax(variants: tuple[str, ...]) -> Callable[[str], float | None]:
-        return lambda o: _ratio(_best(rows, o, "optx", variants), _best(rows, o, "optax"))
+        # optx's default steps against optax's default step; optx's best (XLA options
+        # included) against optax's best (with the same options).
+        peer = () if not variants else ("",)
+        return lambda o: _ratio(_best(rows, o, "optx", variants), _best(rows, o, "optax", peer))
 
     lines = [_worst(f"{name}: per-leaf step <= 1.0x optax", 1.0, rows, vs_optax(("per-leaf",)))]
     if name in ("gpt", "wide"):
