@@ -76,3 +76,19 @@ def test_bad_backend() -> None:
         ),
     ):
         optx.compiler_options(3)
+
+
+def test_stateless_apply_inside_a_users_jit_compiles_without_them() -> None:
+    # XLA options may only be given to the outermost jit: the nested step leaves them out.
+    params = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4)}
+    grads = {"w": jnp.full((3, 4), 0.25)}
+    outside = optx.optimizers.Lion(1e-2)
+    outside.build(params)
+    want, _ = outside.stateless_apply(outside.variables, grads, jax.tree.map(jnp.copy, params))
+    inside = optx.optimizers.Lion(1e-2)
+    inside.build(params)
+    step = jax.jit(inside.stateless_apply)
+    got, variables = step(inside.variables, grads, jax.tree.map(jnp.copy, params))
+    np.testing.assert_array_equal(got["w"], want["w"])
+    assert int(variables["iterations"]) == 1
+    assert sorted(inside._compiled) == ["stateless/nested"]

@@ -28,7 +28,8 @@ def compiler_options(backend: str | None = None) -> dict[str, Any]:
     place instead of copying it first (Lion's moment; a temporary the size of the
     parameters, and a step 2.5x slower on 2e7 parameters). The numbers are the same bit for
     bit. Elsewhere, or if the installed XLA does not know an option, the dict is empty. The
-    stateful optimizers (`optx.optimizers`) use them already.
+    stateful optimizers (`optx.optimizers`) use them already when called at top level;
+    JAX takes XLA options only on the outermost ``jit``.
 
     Args:
       backend: ``"cpu"``, ``"gpu"``, ``"tpu"``, ...; ``None``: `jax.default_backend()`.

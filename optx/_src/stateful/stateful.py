@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from optx._src import hyperparams as hp
 from optx._src import reprs
@@ -225,9 +226,16 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
 
     # -- stepping -------------------------------------------------------------------------
 
-    def _function(self, kind: str, skip_aggregation: bool = False) -> Callable[..., Any]:
-        """The step (``"step"``: on the state; ``"stateless"``: on the variables' dict)."""
+    def _function(
+        self, kind: str, skip_aggregation: bool = False, nested: bool = False
+    ) -> Callable[..., Any]:
+        """The step (``"step"``: on the state; ``"stateless"``: on the variables' dict).
+
+        ``nested``: called inside another transformation (``jit``, ``pmap``), where XLA
+        options cannot be given (the outer ``jit`` compiles the program).
+        """
         key = f"{kind}/skip_aggregation" if skip_aggregation else kind
+        key += "/nested" if nested else ""
         fn = self._compiled.get(key)
         if fn is None:
             statics: tuple[Any, ...] = (self._step_transform(skip_aggregation),)
@@ -239,7 +247,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
             except TypeError:
                 hashable = False
             # XLA options for a donated step (`optx.compiler_options`), for the default backend.
-            options = compiler_options()
+            options = {} if nested else compiler_options()
             if not self.jit_compile:
                 fn = functools.partial(STEPS[kind], *statics)
             elif self._placement is not None:
@@ -298,14 +306,16 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         self.build(params)
         if not self.built:  # a subclass's `build` that does not call `super().build`
             StatefulBase.build(self, params)
-        self._check_inputs(self.__dict__.get("_calling") or "apply", grads, params)
-        self._state, self._count, new_params = self._function("step")(
+        nested = self._check_inputs(self.__dict__.get("_calling") or "apply", grads, params)
+        self._state, self._count, new_params = self._function("step", nested=nested)(
             self._state, self._count, grads, params
         )
         return new_params
 
-    def _check_inputs(self, api: str, grads: Any, params: Params) -> None:
+    def _check_inputs(self, api: str, grads: Any, params: Params) -> bool:
         """Raises unless ``params`` are those built and ``grads`` match them; warns of None.
+
+        Returns whether the inputs are traced (the call is inside ``jit``, ``pmap``, ...).
 
         The full checks walk the trees in Python (several microseconds per leaf). Their
         verdict depends only on the trees' structure and each leaf's shape and dtype, so
@@ -315,18 +325,20 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         """
         p_leaves, p_def = jax.tree.flatten(params)
         g_leaves, g_def = jax.tree.flatten(grads)
+        nested = any(isinstance(x[0], Tracer) for x in (p_leaves, g_leaves) if x)
         same_trees = p_def == self._treedef and g_def == p_def  # no None gradient either
         try:
             avals = ([x.aval for x in p_leaves], [g.aval for g in g_leaves])
         except AttributeError:  # numbers or NumPy arrays: no aval
             avals = None
         if same_trees and avals is not None and avals == self._checked:
-            return
+            return nested
         check_params(api, params, self._treedef, self._spec)
         check_grads(api, grads, params)
         missing_gradients(api, grads, params)
         if same_trees and avals is not None:
             self._checked = avals
+        return nested
 
     @_locked
     def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> jax.Array:
@@ -394,7 +406,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
                 f"`optimizer.variables`. Received: a {type(optimizer_variables).__name__}."
             )
         check_keys("stateless_apply", [ITERATIONS, *layout.order], optimizer_variables)
-        self._check_inputs("stateless_apply", grads, params)
+        nested = self._check_inputs("stateless_apply", grads, params)
         # The optimizer's own buffers (`variables` hands them out) are copied, not donated:
         # the optimizer stays usable after a loop started from `opt.variables`.
         own = set(map(id, jax.tree.leaves((self._state, self._count))))
@@ -403,7 +415,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
             variables = {
                 k: jnp.array(v, copy=True) if id(v) in own else v for k, v in variables.items()
             }
-        step = self._function("stateless", bool(skip_gradients_aggregation))
+        step = self._function("stateless", bool(skip_gradients_aggregation), nested)
         new_variables, new_params = step(variables, grads, params)
         # jit returns dicts with sorted keys; hand them back in `variables` order.
         return new_params, {k: new_variables[k] for k in (ITERATIONS, *layout.order)}
