@@ -165,7 +165,10 @@ from optx._src.flat import FlattenState as FlattenState
 from optx._src.flat import flatten as flatten
 from optx._src.flat_tree import FlatTree as FlatTree
 from optx._src.flat_tree import flatten_tree as flatten_tree
+from optx._src.hyperparams import HyperParams as HyperParams
 from optx._src.hyperparams import get_hyperparams as get_hyperparams
+from optx._src.hyperparams import hyperparam as hyperparam
+from optx._src.hyperparams import scale_hyperparams as scale_hyperparams
 from optx._src.hyperparams import set_hyperparams as set_hyperparams
 from optx._src.loss_scale import DynamicLossScaleState as DynamicLossScaleState
 from optx._src.loss_scale import UnscaleGradientsState as UnscaleGradientsState

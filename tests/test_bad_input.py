@@ -56,6 +56,7 @@ from hypothesis import strategies as st
 
 import optx
 from optx import optimizers as O  # noqa: N812
+from optx._src import hyperparams  # declared range rules
 from optx.optimizers import schedules as S  # noqa: N812
 
 try:
@@ -241,20 +242,15 @@ def _declared_ranges() -> list[tuple[Argument, str]]:
         if argument.index is not None:
             continue
         built = argument.with_value(argument.call.arguments[argument.name])()
-        rules = {
-            t.state_ranges().get(argument.name, optx_rule(argument.name))[0]
-            for t in _transforms(built)
-            if argument.name in t.hyperparam_names()
-        }
+        rules = set()
+        for t in _transforms(built):
+            if argument.name not in t.hyperparam_names():
+                continue
+            field = {v: k for k, v in t.public_names().items()}.get(argument.name, argument.name)
+            rules.add(dict(hyperparams.specs(type(t)))[field].rule.description)
         if len(rules) == 1 and (rule := rules.pop()) in _OUTSIDE:
             out.append((argument, rule))
     return out
-
-
-def optx_rule(name: str) -> tuple[str, Any]:
-    from optx._src import hyperparams  # the table of default rules, by name
-
-    return hyperparams.rule(name)
 
 
 RANGED = _declared_ranges()
@@ -1631,7 +1627,8 @@ MESSAGES = [
     (
         lambda: optx.prodigy(eps=None),
         TypeError,
-        "`prodigy` needs eps to be a real number. Received: eps=None of type NoneType.",
+        "`prodigy` needs eps to be a real number or a schedule (a function of the step "
+        "count). Received: eps=None of type NoneType.",
     ),
     (
         lambda: optx.schedule_free_adamw(b2=1.0),

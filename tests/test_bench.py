@@ -180,3 +180,26 @@ def test_output_and_plot(run):
     assert "### stateful" in stdout
     assert results["machine"]["versions"]["jax"] in stdout
     assert (out / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_revisions_compares_two_checkouts(tmp_path):
+    # This checkout against itself, once: every optx row has both columns and a ratio.
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"
+    out = tmp_path / "revisions.json"
+    args = ["--before", str(ROOT), "--size", "tiny", "--rounds", "1", "--only", "many"]
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.revisions", *args, "--json", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    table = json.loads(out.read_text())
+    optx_rows = [r for r in table if r["key"][3] == "optx"]
+    assert {r["key"][4] for r in optx_rows} >= {"per-leaf"}
+    assert all(_finite(r["before_ms"]) and _finite(r["after_ms"]) for r in table)
+    assert "| workload | tree | optimizer |" in result.stdout

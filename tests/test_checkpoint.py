@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -99,7 +101,7 @@ def test_round_trip_keeps_placeholders_and_dtypes(tmp_path) -> None:
     muon_state = restored.inner_states["muon"].inner_state[0]
     assert muon_state.mu["b"] == optx.MaskedNode()
     assert muon_state.count.dtype == jnp.int32
-    assert muon_state.hyperparams["one_minus_beta"].dtype == jnp.float32
+    assert muon_state.hyperparams["beta"].dtype == jnp.float32
     # An abstract target without shardings restores onto the first local device.
     assert muon_state.mu["w"].sharding == jax.sharding.SingleDeviceSharding(jax.devices()[0])
 
@@ -246,7 +248,7 @@ def test_restore_other_optimizer_names_first_missing_leaf(adam_checkpoint) -> No
         ValueError,
         HEAD
         + message
-        + "; 11 leaves saved, 5 in target. Saved leaves like it: '0/mu/b', '0/nu/b'.",
+        + "; 13 leaves saved, 5 in target. Saved leaves like it: '0/mu/b', '0/nu/b'.",
     ):
         optx.restore_state(adam_checkpoint, target)
 
@@ -399,3 +401,88 @@ def test_stateful_errors(tmp_path) -> None:
     )
     with raises(ValueError, message):
         optx.optimizers.Optimizer.load(tmp_path / "generic", params)
+
+
+# A store written by release 0.1.0.dev0 (decays kept as ``one_minus_<name>`` = 1 - b), of
+# chain(clip_by_global_norm(1.0), adamw(1e-2, b1=0.95, b2=0.9995, weight_decay=0.1)) after
+# three steps; the .npz beside it holds its leaves by their old key paths.
+LEGACY = Path(__file__).parent / "data" / "adamw_0.1.0.dev0"
+
+
+def _legacy_tx() -> optx.Transform:
+    return optx.chain(
+        optx.clip_by_global_norm(1.0), optx.adamw(1e-2, b1=0.95, b2=0.9995, weight_decay=0.1)
+    )
+
+
+def test_restore_a_store_of_the_previous_release() -> None:
+    params = {"w": jnp.zeros((2, 3)), "b": jnp.zeros(3)}
+    tx = _legacy_tx()
+    restored = optx.restore_state(LEGACY, tx.init(params))
+    old = dict(np.load(str(LEGACY) + ".npz"))
+    adam_state = restored[1][0]
+    # Slots and counts as stored.
+    np.testing.assert_array_equal(adam_state.mu["w"], old["[1][0].mu['w']"])
+    np.testing.assert_array_equal(adam_state.nu["b"], old["[1][0].nu['b']"])
+    assert int(adam_state.count) == int(old["[1][0].count"]) == 3
+    # The decays: the values by their names, and 1 - b exactly as it was stored.
+    h = adam_state.hyperparams
+    assert float(h["b1"]) == float(np.float32(0.95))
+    assert float(h.complement("b1")) == float(old["[1][0].hyperparams['one_minus_b1']"])
+    assert float(h.complement("b2")) == float(old["[1][0].hyperparams['one_minus_b2']"])
+    got = optx.get_hyperparams(restored)
+    assert float(got["max_norm"]) == 1.0 and float(got["weight_decay"]) == np.float32(0.1)
+    # It steps as a state made by this release does.
+    grads = jax.tree.map(jnp.ones_like, params)
+    fresh = jax.tree.map(lambda a, b: b, tx.init(params), restored)
+    chex.assert_trees_all_equal(tx.update(grads, restored, params), tx.update(grads, fresh, params))
+
+
+def test_restore_a_store_of_the_previous_release_into_another_optimizer() -> None:
+    params = {"w": jnp.zeros((2, 3)), "b": jnp.zeros(3)}
+    with raises(ValueError, "Received: a checkpoint of an earlier release without the"):
+        optx.restore_state(LEGACY, optx.sgd(0.1, momentum=0.9).init(params))
+
+
+# `optimizer.save` of release 0.1.0.dev0: AdamW(1e-2, beta_1=0.95, beta_2=0.9995,
+# weight_decay=0.1, use_ema=True, ema_momentum=0.9) after three steps; the .npz holds its
+# `variables` (keys `one_minus_b1`, `eps`, ...).
+KERAS_LEGACY = Path(__file__).parent / "data" / "keras_adamw_0.1.0.dev0"
+
+
+def _check_upgraded(opt: optx.optimizers.Optimizer, old: dict[str, np.ndarray]) -> None:
+    new = opt.variables
+    assert not any("one_minus" in k for k in new)
+    assert int(new["iterations"]) == int(old["iterations"]) == 3
+    for key in ("adam_w/momentum/w", "adam_w/velocity/b", "adam_w/average/w"):
+        np.testing.assert_array_equal(new[key], old[key])
+    assert float(new["beta_1"]) == float(np.float32(0.95))
+    assert float(new["epsilon"]) == float(old["eps"])
+    assert float(new["ema_momentum"]) == float(np.float32(0.9))
+    # 1 - b exactly as it was stored: the steps go on with the same numbers.
+    (adam,) = [
+        n
+        for n in jax.tree.leaves(opt._state, is_leaf=lambda x: isinstance(x, optx.HyperParams))
+        if isinstance(n, optx.HyperParams) and "b1" in n
+    ]
+    assert float(adam.complement("b1")) == float(old["one_minus_b1"])
+    assert float(adam.complement("b2")) == float(old["one_minus_b2"])
+
+
+def test_load_an_optimizer_saved_by_the_previous_release() -> None:
+    params = {"w": jnp.zeros((2, 3)), "b": jnp.zeros(3)}
+    old = dict(np.load(str(KERAS_LEGACY) + ".npz"))
+    opt = optx.optimizers.Optimizer.load(KERAS_LEGACY, params)
+    assert type(opt).__name__ == "AdamW"
+    _check_upgraded(opt, old)
+
+
+def test_load_own_variables_of_the_previous_release() -> None:
+    params = {"w": jnp.zeros((2, 3)), "b": jnp.zeros(3)}
+    old = dict(np.load(str(KERAS_LEGACY) + ".npz"))
+    opt = optx.optimizers.AdamW(
+        1e-2, beta_1=0.95, beta_2=0.9995, weight_decay=0.1, use_ema=True, ema_momentum=0.9
+    )
+    opt.build(params)
+    opt.load_own_variables(old)
+    _check_upgraded(opt, old)

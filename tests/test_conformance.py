@@ -26,6 +26,7 @@ import optax
 import pytest
 
 import optx
+from optx._src import hyperparams as hyperparams_lib  # which are scheduled
 
 try:
     from tests import registry
@@ -268,7 +269,7 @@ def test_hyperparams_are_dynamic(entry: registry.Entry) -> None:
         for field in dataclasses.fields(sub):  # type: ignore[arg-type]
             value = getattr(sub, field.name)
             if isinstance(value, float):
-                assert field.name in type(sub).hyperparams, (
+                assert field.name in type(sub).hyperparam_fields(), (
                     f"{type(sub).name}.{field.name} is a float but not a dynamic hyperparameter"
                 )
         declared |= set(sub.hyperparam_names())
@@ -276,15 +277,25 @@ def test_hyperparams_are_dynamic(entry: registry.Entry) -> None:
 
     baseline = run(step, state, params, grads)
     compiled = cache_size(step)
+    scheduled = {f.flat for f in hyperparams_lib.find(state) if f.entry.scheduled}
     for name, old in hyperparams.items():
         value = new_value(name, float(old))
-        changed = optx.set_hyperparams(state, **{name: value})
+        if name in scheduled and float(old) == 0:
+            # A schedule at 0 (a warmup's start) is scaled, not set: no factor reaches value.
+            changed = optx.scale_hyperparams(state, **{name: 2.0})
+        else:
+            changed = optx.set_hyperparams(state, **{name: value})
+            np.testing.assert_allclose(optx.get_hyperparams(changed)[name], value, rtol=1e-6)
         chex.assert_trees_all_equal_shapes_and_dtypes(changed, state)
-        np.testing.assert_allclose(optx.get_hyperparams(changed)[name], value, rtol=1e-6)
         result = run(step, changed, params, grads)
         assert cache_size(step) == compiled, f"setting {name} recompiled the jitted update"
-        # The update keeps the value it was given.
-        np.testing.assert_allclose(optx.get_hyperparams(result[1][-1])[name], value, rtol=1e-6)
+        after = optx.get_hyperparams(result[1][-1])[name]
+        if name not in scheduled:  # the update keeps the value it was given
+            np.testing.assert_allclose(after, value, rtol=1e-6)
+        else:  # the schedule goes on, multiplied by the factor that gave value
+            factor = 2.0 if float(old) == 0 else value / np.float32(old)
+            unchanged = optx.get_hyperparams(baseline[1][-1])[name]
+            np.testing.assert_allclose(after, factor * unchanged, rtol=1e-5)
         if name not in entry.unobservable:
             observed = (result[0], [without_hyperparams(s) for s in result[1]])
             before = (baseline[0], [without_hyperparams(s) for s in baseline[1]])

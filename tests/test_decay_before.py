@@ -98,9 +98,18 @@ def test_inside_optax_chain() -> None:
     np.testing.assert_allclose(optax.apply_updates(params, updates), 1.992, rtol=RTOL)
 
 
+def test_scheduled_weight_decay() -> None:
+    # theta' = theta (1 - lr * wd_t): with wd_t = 0.1 * (t + 1), 2 -> 1.998 -> 1.994004.
+    tx = optx.decay_before(optx.identity(), lambda c: 0.1 * (c + 1.0), 0.01)
+    params, state = jnp.array(2.0), None
+    state = tx.init(params)
+    for expected in (1.998, 1.994004):
+        updates, state = tx.update(jnp.array(0.0), state, params)
+        params = optax.apply_updates(params, updates)
+        np.testing.assert_allclose(params, expected, rtol=RTOL)
+
+
 def test_errors() -> None:
-    with pytest.raises(TypeError, match=re.escape("needs weight_decay to be a number")):
-        optx.decay_before(optx.sgd(0.1), lambda c: 0.1, 0.1)
     with pytest.raises(ValueError, match=re.escape("weight_decay")):
         optx.decay_before(optx.sgd(0.1), -0.1, 0.1)
     with pytest.raises(TypeError, match=re.escape("inner")):

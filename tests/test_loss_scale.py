@@ -258,8 +258,8 @@ def test_repr_and_equality():
         (
             {"initial_scale": "big"},
             TypeError,
-            "`dynamic_loss_scale` needs initial_scale to be a real number. "
-            "Received: initial_scale='big' of type str.",
+            "`dynamic_loss_scale` needs initial_scale to be a real number or a schedule (a "
+            "function of the step count). Received: initial_scale='big' of type str.",
         ),
         (
             {"growth_interval": 0},

@@ -124,7 +124,8 @@ def test_generic_optimizer_variables_keys_hold_hyperparameters():
     opt.apply(grads_seq(1)[0], PARAMS)
     keys = list(opt.variables)
     assert keys[0] == "iterations"
-    assert {"learning_rate", "one_minus_b1", "one_minus_b2", "eps"} <= set(keys)
+    assert {"learning_rate", "b1", "b2", "eps"} <= set(keys)
+    assert not any("one_minus" in k for k in keys)
     # Hyperparameters come before the slots.
     assert keys.index("learning_rate") < keys.index("adam/mu/dense/bias")
     np.testing.assert_allclose(opt.variables["learning_rate"], 0.1)
@@ -226,7 +227,9 @@ def test_setting_a_schedule_after_build_keeps_the_slots():
     before = opt.variables
     sched = OX.schedules.ExponentialDecay(0.1, decay_steps=1, decay_rate=0.5)
     opt.learning_rate = sched
-    assert "learning_rate" not in opt.variables
+    # The state holds the schedule's step count and scale beside the value in force.
+    assert {"learning_rate/count", "learning_rate/scale"} <= set(opt.variables)
+    assert int(opt.variables["learning_rate/count"]) == 2
     assert int(opt.iterations) == 2
     for path in PATHS:
         for slot in ("momentum", "velocity"):
@@ -877,7 +880,8 @@ def test_repr_before_and_after_build():
     run(opt, grads_seq(2))
     text = repr(opt)
     assert "built for 2 parameters; iterations=2" in text
-    assert "learning_rate=0.1" in text and "b1=0.9" in text and "weight_decay=0.01" in text
+    assert "learning_rate=0.1" in text and "beta_1=0.9" in text and "weight_decay=0.01" in text
+    assert "b1=" not in text and "one_minus" not in text
     # 8 floats per slot: 2 + 6 elements.
     assert "momentum (2 arrays, 32 B)" in text
     assert "velocity_hat (2 arrays, 32 B)" in text

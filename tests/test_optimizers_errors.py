@@ -384,7 +384,7 @@ def test_load_own_variables_from_another_optimizer_names_missing_and_extra_keys(
         "`load_own_variables` needs the variables of this optimizer, keyed by name. "
         "Received: variables with missing "
     )
-    assert "missing 'one_minus_b1'" in message
+    assert "missing 'beta_1'" in message
     assert "'adam/momentum/dense/bias'" in message
     assert "and unexpected 'momentum', 'sgd/0/count', 'sgd/momentum/dense/bias'" in message
 
@@ -616,8 +616,8 @@ def test_learning_rate_of_a_generic_wrapper():
     raises(
         AttributeError,
         "`learning_rate` needs exactly one hyperparameter of that name in the state. "
-        "Received: a state holding 0 (none); use `optx.get_hyperparams` / "
-        "`optx.set_hyperparams`.",
+        "Received: a state holding 0 (none); give the transform one (an optx optimizer, or "
+        "optax's `inject_hyperparams`).",
         getattr,
         plain,
         "learning_rate",

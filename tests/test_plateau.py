@@ -253,7 +253,8 @@ def test_non_scalar_value():
         (
             {"factor": "0.1"},
             TypeError,
-            f"`{API}` needs factor to be a real number. Received: factor='0.1' of type str.",
+            f"`{API}` needs factor to be a real number or a schedule (a function of the step "
+            "count). Received: factor='0.1' of type str.",
         ),
         ({"rtol": 1.5}, ValueError, f"`{API}` needs rtol in [0, 1]. Received: rtol=1.5."),
         (

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import optx
-from optx._src.stateful import stateful
+from optx._src.stateful import step as stateful
 
 
 # Strongly typed, as the step's outputs are: a weak-typed input has another aval, so the

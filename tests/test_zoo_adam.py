@@ -638,8 +638,8 @@ ERRORS = [
     (
         lambda: optx.nadam(1e-3, momentum_decay="keras"),
         TypeError,
-        "`nadam` needs momentum_decay to be a real number. Received: momentum_decay='keras' "
-        "of type str.",
+        "`nadam` needs momentum_decay to be a real number or a schedule (a function of the "
+        "step count). Received: momentum_decay='keras' of type str.",
     ),
     (
         lambda: optx.nadam(1e-3, b1=1.0),

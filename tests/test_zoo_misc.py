@@ -579,8 +579,8 @@ def check(error: type[Exception], message: str, fn: Callable[[], Any]) -> None:
         (
             lambda: optx.optimistic_gradient_descent(0.1, beta="1"),
             TypeError,
-            "`optimistic_gradient_descent` needs beta to be a real number. Received: beta='1' "
-            "of type str.",
+            "`optimistic_gradient_descent` needs beta to be a real number or a schedule (a "
+            "function of the step count). Received: beta='1' of type str.",
         ),
         (
             lambda: optx.optimistic_adam_v2(0.1, b2=1.0),

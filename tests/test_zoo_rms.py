@@ -649,7 +649,8 @@ ERRORS = [
     (lambda: optx.rmsprop(0.1, momentum=1.5), ValueError,
      "`rmsprop` needs momentum in [0, 1]. Received: momentum=1.5."),
     (lambda: optx.rmsprop(0.1, decay="0.9"), TypeError,
-     "`rmsprop` needs decay to be a real number. Received: decay='0.9' of type str."),
+     "`rmsprop` needs decay to be a real number or a schedule (a function of the step "
+     "count). Received: decay='0.9' of type str."),
     (lambda: optx.rmsprop(0.1, accumulator_dtype="int32"), TypeError,
      "`rmsprop` needs accumulator_dtype to be None or a floating dtype. "
      "Received: accumulator_dtype='int32'."),
@@ -775,12 +776,16 @@ def test_hyperparams(tx: Any, expected: dict[str, float]) -> None:
     assert sorted(got) == sorted(expected)
     for name, value in expected.items():
         np.testing.assert_allclose(float(got[name]), value, rtol=1e-7)
-    # Decay rates are held as 1 - value (exact in float32), under "one_minus_<name>".
-    stored = {
-        key
-        for node in jax.tree.leaves(tx.init(P), is_leaf=lambda x: isinstance(x, dict))
-        if isinstance(node, dict)
-        for key in node
-    }
-    decays = {"decay", "rho"} & set(expected)
-    assert {f"one_minus_{d}" for d in decays} <= stored and not decays & stored
+    # Decay rates keep 1 - value exact to float32 round-off (what float32 rounded off the
+    # value is kept beside it); no stored encoding shows in the state's paths.
+    state = tx.init(P)
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]]
+    assert not any("one_minus" in p for p in paths)
+    for d in {"decay", "rho"} & set(expected):
+        (h,) = [
+            n
+            for n in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, optx.HyperParams))
+            if isinstance(n, optx.HyperParams) and d in [e.name for e in n.entries]
+        ]
+        field = next(e.field for e in h.entries if e.name == d)
+        assert float(h.complement(field)) == float(np.float32(1 - expected[d]))

@@ -545,7 +545,8 @@ ERRORS = [
     (
         lambda: optx.signum(0.1, beta="0.9"),
         TypeError,
-        "`signum` needs beta to be a real number. Received: beta='0.9' of type str.",
+        "`signum` needs beta to be a real number or a schedule (a function of the step "
+        "count). Received: beta='0.9' of type str.",
     ),
     (
         lambda: optx.signum(-0.1),

@@ -19,7 +19,7 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import accepts_extra, call_update
-from optx._src.momentum import zeros_like
+from optx._src.moments import zeros_like
 
 
 class AccumulateGradientsState(NamedTuple):

@@ -1,6 +1,6 @@
 """The transform protocol, the base class of the built-in transforms, and `apply_updates`.
 
-A transform is an immutable value with two methods (DESIGN D1)::
+A transform is an immutable value with two methods::
 
     init(params) -> state
     update(updates, state, params=None, **extra) -> (updates, state)
@@ -66,26 +66,25 @@ class Transform:
     """Base class of optx's built-in transforms.
 
     Subclasses are frozen dataclasses: equal and hashable by their configuration, holding no
-    arrays. Numeric hyperparameters listed in ``hyperparams`` are copied into the state by
-    ``init`` (as float32 scalars) and read from there by ``update``, so changing them never
-    recompiles (DESIGN D2).
+    arrays. Each numeric hyperparameter is a field declared with `optx.hyperparam` (its
+    default, range rule and storage); ``__post_init__`` validates it (a number, or a
+    schedule: any function of the step count), `init_hyperparams` makes the `HyperParams`
+    the state keeps in a field named ``hyperparams``, and before each ``update`` the
+    schedules among them are evaluated at their step, so ``update`` reads the values in
+    force (``state.hyperparams["factor"]``). Changing them never recompiles.
 
-    Subclasses set ``name`` (the public factory's name, used in errors and ``repr``),
-    ``hyperparams`` (field names of dynamic hyperparameters) and ``decays`` (those of them
-    that are decay rates and are kept as ``1 - value`` for precision), and keep the values
-    of `init_hyperparams` in a state field named ``hyperparams``.
+    Subclasses set ``name`` (the public factory's name, used in errors and ``repr``).
 
     Example:
       A transform of your own, with a dynamic hyperparameter:
 
       >>> import dataclasses, typing, jax, jax.numpy as jnp, optx
       >>> class ScaleByFactorState(typing.NamedTuple):
-      ...     hyperparams: dict
+      ...     hyperparams: optx.HyperParams
       >>> @dataclasses.dataclass(frozen=True, repr=False)
       ... class ScaleByFactor(optx.Transform):
       ...     name = "scale_by_factor"
-      ...     hyperparams = ("factor",)
-      ...     factor: float = 2.0
+      ...     factor: float = optx.hyperparam(2.0)
       ...
       ...     def init(self, params):
       ...         return ScaleByFactorState(self.init_hyperparams())
@@ -99,15 +98,19 @@ class Transform:
       >>> state = optx.set_hyperparams(tx.init(None), factor=0.5)
       >>> tx.update({"w": jnp.ones(2)}, state)[0]
       {'w': Array([0.5, 0.5], dtype=float32)}
+
+      The same transform with a schedule:
+
+      >>> tx = ScaleByFactor(lambda count: 1.0 + count)
+      >>> state = tx.init(None)
+      >>> for _ in range(3):
+      ...     updates, state = tx.update({"w": jnp.ones(2)}, state)
+      >>> updates, float(optx.get_hyperparams(state)["factor"])
+      ({'w': Array([3., 3.], dtype=float32)}, 3.0)
     """
 
     __slots__ = ()
     name: ClassVar[str] = "transform"
-    hyperparams: ClassVar[tuple[str, ...]] = ()
-    decays: ClassVar[tuple[str, ...]] = ()
-    # Per-field range rules (`hyperparams.NONNEG`, ...) where the name's default rule in
-    # `hyperparams._RULES` does not fit this transform.
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {}
     # Whether `update` computes the same on a few flat buffers as on the per-leaf tree: its
     # maths is elementwise or uses only reductions over all leaves (a global norm), never a
     # leaf's shape, a per-leaf reduction or its path. `optx.flatten` accepts only these, and
@@ -127,10 +130,8 @@ class Transform:
         super().__init_subclass__(**kwargs)
         if "elementwise" not in cls.__dict__:
             cls.elementwise = False
-        if "init" in cls.__dict__ and cls.__dict__["init"] is not Transform.init:
-            cls.init = _recording_rules(cls.__dict__["init"])  # type: ignore[method-assign]
         if "update" in cls.__dict__ and cls.__dict__["update"] is not Transform.update:
-            cls.update = _checking_sparse(cls.__dict__["update"])  # type: ignore[method-assign]
+            cls.update = _wrapped_update(cls.__dict__["update"])  # type: ignore[method-assign]
 
     def update(
         self, updates: Updates, state: OptState, params: Params | None = None, **extra: Any
@@ -143,27 +144,53 @@ class Transform:
         return iter((self.init, self.update))
 
     def __post_init__(self) -> None:
-        for field in self.hyperparams:
-            value = getattr(self, field)
-            if not callable(value):
-                # A transform holds Python floats only (hashable, no arrays: DESIGN D1).
-                value = hp.validate(self.name, field, value, self.ranges.get(field))
-                object.__setattr__(self, field, value)
+        names = self.public_names()
+        for field, spec in hp.specs(type(self)):
+            value = hp.check(self.name, names.get(field, field), getattr(self, field), spec)
+            # A transform holds Python floats or schedules only (hashable, no arrays).
+            object.__setattr__(self, field, value)
 
-    def state_ranges(self) -> dict[str, tuple[str, Any]]:
-        """Range rules of this transform's hyperparameters, by their names in the state."""
-        return dict(self.ranges)
+    def public_names(self) -> dict[str, str]:
+        """``{field: name}`` where a hyperparameter goes by another name than its field.
+
+        The name is the one `get_hyperparams` and `set_hyperparams` speak: the argument the
+        user passed (`sgd`'s ``momentum`` for `trace`'s ``decay``).
+        """
+        return {}
+
+    @classmethod
+    def hyperparam_fields(cls) -> tuple[str, ...]:
+        """The fields this class declares as hyperparameters (with `optx.hyperparam`)."""
+        return tuple(name for name, _ in hp.specs(cls))
 
     def hyperparam_names(self) -> tuple[str, ...]:
-        """The names under which this transform's dynamic hyperparameters sit in its state."""
-        return tuple(f for f in self.hyperparams if not callable(getattr(self, f)))
+        """The names of the hyperparameters this transform keeps in its state.
 
-    def init_hyperparams(self) -> dict[str, jax.Array]:
-        """The hyperparameters' initial values, as stored in the state."""
-        return hp.initial(
-            {f: getattr(self, f) for f in self.hyperparams if not callable(getattr(self, f))},
-            self.decays,
-        )
+        As `get_hyperparams` shows them (unqualified); a field whose value is ``None``
+        (switched off) or that this configuration does not use is not kept.
+        """
+        return tuple(e.name for e in hp.create(self).entries)
+
+    def initial(self, field: str) -> Any:
+        """The value of hyperparameter ``field`` at step 0, for what ``init`` computes.
+
+        The number, or the schedule's value at step 0 (a float32 array).
+        """
+        value = getattr(self, field)
+        if hp.is_schedule(value):
+            return jnp.asarray(value(jnp.zeros([], jnp.int32)), jnp.float32)
+        return value
+
+    def unused_hyperparams(self) -> frozenset[str]:
+        """Fields of declared hyperparameters that this configuration does not keep.
+
+        For example a smoothing factor of a mode that is off: it is not in the state.
+        """
+        return frozenset()
+
+    def init_hyperparams(self) -> hp.HyperParams:
+        """The `HyperParams` of this transform's state: its declared hyperparameters."""
+        return hp.create(self)
 
     def __repr__(self) -> str:
         args = [f"{name}={_short_repr(value)}" for name, value in display.config_items(self)]
@@ -177,25 +204,12 @@ class Transform:
         return display.transform_html(self)
 
 
-def _recording_rules(init: Callable[..., Any]) -> Callable[..., Any]:
-    """Wraps ``init`` to record the transform's own ranges against the type of its state.
+def _wrapped_update(update: Callable[..., Any]) -> Callable[..., Any]:
+    """Wraps ``update`` with what every transform's update does first.
 
-    `set_hyperparams` sees only the state; this lets it check a value with the rule of the
-    transform that made the state rather than the name's default rule.
+    It rejects row-sparse leaves unless the transform takes them, and puts the scheduled
+    hyperparameters of the step in force before the transform's maths.
     """
-
-    @functools.wraps(init)
-    def recording_init(self: Transform, params: Params) -> OptState:
-        state = init(self, params)
-        if isinstance(getattr(state, "hyperparams", None), dict):
-            hp.register_state_rules(type(state), self.state_ranges())
-        return state
-
-    return recording_init
-
-
-def _checking_sparse(update: Callable[..., Any]) -> Callable[..., Any]:
-    """Wraps ``update`` to reject row-sparse leaves unless the transform takes them."""
 
     @functools.wraps(update)
     def checked_update(
@@ -203,6 +217,11 @@ def _checking_sparse(update: Callable[..., Any]) -> Callable[..., Any]:
     ) -> tuple[Updates, OptState]:
         if not self.row_sparse:
             sparse.reject(self.name, updates)
+        h = getattr(state, "hyperparams", None)
+        # Only the transform that declared them advances them: a wrapper whose state is
+        # its inner transform's (`skip_missing`) passes it on untouched.
+        if isinstance(h, hp.HyperParams) and h.scheduled and h.owned_by(type(self)):
+            state = state._replace(hyperparams=h.advance(self))
         return update(self, updates, state, *args, **kwargs)
 
     return checked_update
@@ -220,7 +239,7 @@ def transform(cls: type) -> type:
 
 
 def safe_increment(count: jax.Array) -> jax.Array:
-    """Adds one to an integer counter, saturating at its dtype's maximum (DESIGN D5)."""
+    """Adds one to an integer counter, saturating at its dtype's maximum."""
     count = jnp.asarray(count)
     max_value = jnp.iinfo(count.dtype).max
     return jnp.where(count < max_value, count + 1, max_value).astype(count.dtype)

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import SingleDeviceSharding
 
+from optx._src import hyperparams as hp
 from optx._src.base import OptState
 from optx._src.tree import path_name
 
@@ -243,6 +244,11 @@ def _metadata(api: str, directory: str | os.PathLike[str]) -> Any:
 
 def _restore(api: str, directory: str | os.PathLike[str], target: PyTree) -> PyTree:
     meta = _metadata(api, directory)
+    saved_names = [
+        path_name(p) for p, _ in jax.tree_util.tree_flatten_with_path(meta.item_metadata.tree)[0]
+    ]
+    if hp.is_legacy(saved_names):
+        return _restore_legacy(api, directory, target)
     _check_tree(api, meta.item_metadata.tree, target)
     custom = meta.custom_metadata if isinstance(meta.custom_metadata, dict) else {}
     saved_types = custom.get(_KEY, {}).get(_TYPES)
@@ -252,6 +258,44 @@ def _restore(api: str, directory: str | os.PathLike[str], target: PyTree) -> PyT
     ocp = _orbax(api)
     with ocp.StandardCheckpointer() as checkpointer:
         return checkpointer.restore(_path(directory), abstract)
+
+
+def _restore_legacy(api: str, directory: str | os.PathLike[str], target: PyTree) -> PyTree:
+    """Restores a store of an earlier release, whose decays were stored as ``1 - b``."""
+    ocp = _orbax(api)
+    with ocp.StandardCheckpointer() as checkpointer:
+        raw = checkpointer.restore(_path(directory))
+    saved = {path_name(p): np.asarray(x) for p, x in jax.tree_util.tree_flatten_with_path(raw)[0]}
+    try:
+        upgraded = hp.upgrade_legacy(saved, target, path_name)
+    except KeyError as e:
+        raise ValueError(
+            f"`{api}` needs a checkpoint of this optimizer. Received: a checkpoint of an "
+            f"earlier release without the hyperparameter leaf {e.args[0]!r}. Restore it with "
+            f"the optimizer that wrote it, then save it again."
+        ) from None
+    # A schedule's scale and count were not stored by earlier releases: target's.
+    new = {path_name(p) for f in hp.find(target) for kind, p in f.aux_paths if kind != "residual"}
+    leaves = []
+    for p, leaf in jax.tree_util.tree_flatten_with_path(target)[0]:
+        name = path_name(p)
+        if name in upgraded or name in saved:
+            value = np.asarray(upgraded[name] if name in upgraded else saved[name])
+        elif name in new:
+            value = np.asarray(leaf)
+        else:
+            raise ValueError(
+                f"`{api}` needs a checkpoint whose tree matches target's. Received: a "
+                f"checkpoint of an earlier release without the leaf {name!r}."
+            )
+        if value.shape != np.shape(leaf) or value.dtype != _dtype(leaf):
+            raise ValueError(
+                f"`{api}` needs a checkpoint whose tree matches target's. Received: leaf "
+                f"{name!r} of {_describe(value.shape, value.dtype)} in the checkpoint (an "
+                f"earlier release's), {_describe(np.shape(leaf), _dtype(leaf))} in target."
+            )
+        leaves.append(jax.device_put(value, _abstract(leaf).sharding))
+    return jax.tree.unflatten(jax.tree.structure(target), leaves)
 
 
 def _abstract(leaf: Any) -> jax.ShapeDtypeStruct:

@@ -8,8 +8,9 @@ import jax
 import jax.numpy as jnp
 
 from optx._src import checks
+from optx._src import hyperparams as hp
 from optx._src import tree as tree_lib
-from optx._src.base import EmptyState, Params, Transform, Updates, transform
+from optx._src.base import EmptyState, Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.tree import is_none
 
 
@@ -43,8 +44,7 @@ class Clip(_Clip):
 
     name = "clip"
     elementwise = True
-    hyperparams = ("max_delta",)
-    max_delta: float = 1.0
+    max_delta: ScalarOrSchedule = hp.field(1.0, hp.NONNEG)
 
     def update(
         self, updates: Updates, state: ClipState, params: Params | None = None, **extra: Any
@@ -81,8 +81,7 @@ class ClipByNorm(_Clip):
     """See `clip_by_norm`."""
 
     name = "clip_by_norm"
-    hyperparams = ("max_norm",)
-    max_norm: float = 1.0
+    max_norm: ScalarOrSchedule = hp.field(1.0, hp.POSITIVE)
 
     def update(
         self, updates: Updates, state: ClipState, params: Params | None = None, **extra: Any
@@ -132,8 +131,7 @@ class ClipByGlobalNorm(_Clip):
 
     name = "clip_by_global_norm"
     elementwise = True
-    hyperparams = ("max_norm",)
-    max_norm: float = 1.0
+    max_norm: ScalarOrSchedule = hp.field(1.0, hp.POSITIVE)
 
     def update(
         self, updates: Updates, state: ClipState, params: Params | None = None, **extra: Any
@@ -190,8 +188,7 @@ class ClipByBlockRMS(_Clip):
     """See `clip_by_block_rms`."""
 
     name = "clip_by_block_rms"
-    hyperparams = ("threshold",)
-    threshold: float = 1.0
+    threshold: ScalarOrSchedule = hp.field(1.0, hp.POSITIVE)
 
     def update(
         self, updates: Updates, state: ClipState, params: Params | None = None, **extra: Any

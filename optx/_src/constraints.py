@@ -33,7 +33,7 @@ class Constraint:
     """Base class of the ready constraints: a stateless function ``array -> array``.
 
     Subclasses are frozen dataclasses (equal and hashable by their arguments, so that a
-    transform holding one stays hashable: DESIGN D1) that override ``__call__``. As in
+    transform holding one stays hashable) that override ``__call__``. As in
     Keras, `get_config` returns the arguments and `from_config` rebuilds the constraint.
     Any hashable callable works with `optx.constrain`; subclassing is optional.
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from optx._src import hyperparams as hp
+
 
 class Raw(str):
     """A cell that is already HTML (a nested table), inserted without escaping."""
@@ -128,7 +130,7 @@ def transform_html(tx: Any) -> str:
     for name, value in config_items(tx):
         cell_value = _value_cell(value)
         kind = "" if isinstance(cell_value, Raw) else "static"
-        if name in getattr(tx, "hyperparams", ()) and value is not None:
+        if name in _hyperparam_fields(tx) and value is not None:
             kind = "schedule" if callable(value) else "dynamic"
         rows.append((name, cell_value, kind))
     if not rows:
@@ -155,7 +157,7 @@ def config_items(tx: Any) -> list[tuple[str, Any]]:
     from their defaults.
     """
     items = []
-    hyperparams = getattr(tx, "hyperparams", ())
+    hyperparams = _hyperparam_fields(tx)
     for field in dataclasses.fields(tx):
         if not field.repr:
             continue
@@ -165,6 +167,10 @@ def config_items(tx: Any) -> list[tuple[str, Any]]:
             continue
         items.append((field.name, value))
     return items
+
+
+def _hyperparam_fields(tx: Any) -> set[str]:
+    return {name for name, _ in hp.specs(type(tx))}
 
 
 def _equal(a: Any, b: Any) -> bool:

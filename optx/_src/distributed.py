@@ -1,4 +1,4 @@
-"""Cross-replica gradient aggregation: `aggregate_gradients` (DESIGN D8).
+"""Cross-replica gradient aggregation: `aggregate_gradients`.
 
 Averaging (or summing) the gradients of data-parallel replicas is an explicit transform
 over a named axis, the first of a chain (aggregate → unscale → clip → step), not a hidden

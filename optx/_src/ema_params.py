@@ -13,6 +13,7 @@ from optx._src import hyperparams as hp
 from optx._src.base import (
     OptState,
     Params,
+    ScalarOrSchedule,
     Transform,
     Updates,
     find_one,
@@ -39,9 +40,7 @@ class EmaParams(Transform):
 
     name = "ema_params"
     elementwise = True
-    hyperparams = ("momentum",)
-    decays = ("momentum",)
-    momentum: float = 0.99
+    momentum: ScalarOrSchedule = hp.field(0.99, hp.UNIT_CLOSED, decay=True)
     overwrite_frequency: int | None = None
     start: Literal["initial", "first_step"] = "initial"
     ema_dtype: Any = None
@@ -80,7 +79,7 @@ class EmaParams(Transform):
         checks.same_tree(api, updates, params, "updates", "params")
         checks.same_tree(api, params, state.ema, "params", "the state")
         m = hp.value(state.hyperparams, "momentum")
-        c = hp.one_minus(state.hyperparams, "momentum")
+        c = hp.complement(state.hyperparams, "momentum")
         # The number of real steps before this call (calls, with every_k = 1).
         steps = state.count // self.every_k
         if self.start == "first_step":

@@ -153,7 +153,7 @@ def _placed_like(state: OptState, flat: FlatTree) -> OptState:
     """``state`` with each per-parameter slot on the sharding of its parameters' buffer.
 
     A slot is a `FlatTree` of ``flat``'s layout (Adam's ``mu``); this is what
-    `state_shardings` gives a per-leaf state (DESIGN D8), done here because the slots of a
+    `state_shardings` gives a per-leaf state, done here because the slots of a
     flat state do not have the parameters' tree structure. Traced arrays are left alone.
     """
 

@@ -3,9 +3,9 @@
 Every array passed into or out of a jitted call costs microseconds, and a step over many
 small leaves is dominated by that cost. A `FlatTree` holds a pytree as one 1-D buffer per
 dtype (leaves concatenated in tree order); its static layout remembers the tree's structure
-and, per leaf, its buffer, offset, shape and path (DESIGN D3). Leaves with a sharding that
+and, per leaf, its buffer, offset, shape and path. Leaves with a sharding that
 is not fully replicated keep their own buffer, in their own shape, so that flattening never
-gathers a sharded array (DESIGN D8). The only leaf of a dtype keeps its shape too:
+gathers a sharded array. The only leaf of a dtype keeps its shape too:
 raveling it would save no arrays.
 """
 
@@ -234,7 +234,7 @@ class FlatTree:
 
     @property
     def paths(self) -> tuple[str, ...]:
-        """The path names of the original tree's leaves, in tree order (DESIGN D3)."""
+        """The path names of the original tree's leaves, in tree order."""
         return self.layout.paths
 
     @property

@@ -6,7 +6,7 @@ Static: `scale_loss` and `unscale_gradients`. Dynamic (Keras's ``LossScaleOptimi
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +19,7 @@ from optx._src.base import (
     GradientTransformationLike,
     OptState,
     Params,
+    ScalarOrSchedule,
     Transform,
     Updates,
     find_one,
@@ -64,8 +65,7 @@ class UnscaleGradients(Transform):
 
     name = "unscale_gradients"
     elementwise = True
-    hyperparams = ("loss_scale_factor",)
-    loss_scale_factor: float = 1.0
+    loss_scale_factor: ScalarOrSchedule = hp.field(1.0, hp.POSITIVE)
 
     def init(self, params: Params) -> UnscaleGradientsState:
         del params
@@ -145,10 +145,8 @@ class DynamicLossScale(Transform):
     name = "dynamic_loss_scale"
     elementwise = True
     # The scale itself changes every step and lives in the state, not among these.
-    hyperparams = ("initial_scale",)
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"initial_scale": hp.POSITIVE}
     inner: GradientTransformationLike = None  # type: ignore[assignment]
-    initial_scale: float = 2.0**15
+    initial_scale: ScalarOrSchedule = hp.field(2.0**15, hp.POSITIVE)
     growth_interval: int = 2000
 
     def __post_init__(self) -> None:
@@ -164,7 +162,7 @@ class DynamicLossScale(Transform):
 
     def init(self, params: Params) -> DynamicLossScaleState:
         return DynamicLossScaleState(
-            jnp.asarray(self.initial_scale, jnp.float32),
+            jnp.asarray(self.initial("initial_scale"), jnp.float32),
             zero_count(),
             zero_count(),
             self.inner.init(params),

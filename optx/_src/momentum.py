@@ -5,17 +5,21 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from optx._src import checks
 from optx._src import hyperparams as hp
-from optx._src.base import Params, Transform, Updates, safe_increment, transform, zero_count
-
-
-def zeros_like(params: Params, dtype: Any) -> Params:
-    """Zero slots shaped like ``params`` (in ``dtype``, else each parameter's dtype)."""
-    return jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), dtype or jnp.result_type(p)), params)
+from optx._src.base import (
+    Params,
+    ScalarOrSchedule,
+    Transform,
+    Updates,
+    safe_increment,
+    transform,
+    zero_count,
+)
+from optx._src.moments import decay_pair, unzip, zeros_like
+from optx._src.options import dtype_options
 
 
 class TraceState(NamedTuple):
@@ -31,31 +35,18 @@ class Trace(Transform):
 
     name = "trace"
     elementwise = True
-    hyperparams = ("decay",)
-    decay: float = 0.9
+    decay: ScalarOrSchedule = hp.field(0.9, hp.UNIT_CLOSED)
     nesterov: bool = False
     accumulator_dtype: Any = None
     # The name the decay goes by in the state: `sgd` calls it "momentum", as its argument.
     hyperparam_name: str = "decay"
 
     def __post_init__(self) -> None:
-        # Validated under the name the user gave it ("momentum" for `sgd`).
-        decay = hp.validate(self.name, self.hyperparam_name, self.decay)
-        object.__setattr__(self, "decay", decay)
         super().__post_init__()
-        dtype = checks.dtype_option(self.name, "accumulator_dtype", self.accumulator_dtype)
-        object.__setattr__(self, "accumulator_dtype", dtype)
+        dtype_options(self, "accumulator_dtype")
 
-    def hyperparam_names(self) -> tuple[str, ...]:
-        """The names under which this transform's dynamic hyperparameters sit in its state."""
-        return (self.hyperparam_name,)
-
-    def state_ranges(self) -> dict[str, tuple[str, Any]]:
-        """Range rules of this transform's hyperparameters, by their names in the state."""
-        return {self.hyperparam_name: hp.UNIT_CLOSED}
-
-    def init_hyperparams(self) -> dict[str, jax.Array]:
-        return hp.initial({self.hyperparam_name: self.decay}, ())
+    def public_names(self) -> dict[str, str]:
+        return {"decay": self.hyperparam_name}
 
     def init(self, params: Params) -> TraceState:
         checks.float_params(f"{self.name}.init", params)
@@ -66,25 +57,15 @@ class Trace(Transform):
     ) -> tuple[Updates, TraceState]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.trace, "updates", "the state")
-        d = state.hyperparams[self.hyperparam_name]
+        d = state.hyperparams["decay"]
 
         def leaf(g: jax.Array, t: jax.Array) -> tuple[jax.Array, jax.Array]:
             new_t = g + d * t
             out = g + d * new_t if self.nesterov else new_t
             return out.astype(g.dtype), new_t.astype(t.dtype)
 
-        pairs = jax.tree.map(leaf, updates, state.trace)
-        out, trace = _unzip(pairs, updates)
+        out, trace = unzip(jax.tree.map(leaf, updates, state.trace), updates, 2)
         return out, state._replace(trace=trace)
-
-
-def _unzip(pairs: Any, like: Any) -> tuple[Any, Any]:
-    treedef = jax.tree.structure(like)
-    leaves = treedef.flatten_up_to(pairs)
-    return (
-        jax.tree.unflatten(treedef, [a for a, _ in leaves]),
-        jax.tree.unflatten(treedef, [b for _, b in leaves]),
-    )
 
 
 def trace(
@@ -139,33 +120,18 @@ class Ema(Transform):
 
     name = "ema"
     elementwise = True
-    hyperparams = ("decay",)
-    decays = ("decay",)
-    decay: float = 0.9
+    decay: ScalarOrSchedule = hp.field(0.9, hp.UNIT_CLOSED, decay=True)
     debias: bool = True
     accumulator_dtype: Any = None
     # The name the decay goes by in the state: `signum` calls it "beta", as its argument.
     hyperparam_name: str = "decay"
 
     def __post_init__(self) -> None:
-        # Validated under the name the user gave it.
-        decay = hp.validate(self.name, self.hyperparam_name, self.decay, hp.UNIT_CLOSED)
-        object.__setattr__(self, "decay", decay)
         super().__post_init__()
-        dtype = checks.dtype_option(self.name, "accumulator_dtype", self.accumulator_dtype)
-        object.__setattr__(self, "accumulator_dtype", dtype)
+        dtype_options(self, "accumulator_dtype")
 
-    def hyperparam_names(self) -> tuple[str, ...]:
-        """The names under which this transform's dynamic hyperparameters sit in its state."""
-        return (self.hyperparam_name,)
-
-    def state_ranges(self) -> dict[str, tuple[str, Any]]:
-        """Range rules of this transform's hyperparameters, by their names in the state."""
-        return {self.hyperparam_name: hp.UNIT_CLOSED}
-
-    def init_hyperparams(self) -> dict[str, jax.Array]:
-        """The decay, stored as ``one_minus_<hyperparam_name>``."""
-        return hp.initial({self.hyperparam_name: self.decay}, (self.hyperparam_name,))
+    def public_names(self) -> dict[str, str]:
+        return {"decay": self.hyperparam_name}
 
     def init(self, params: Params) -> EmaState:
         checks.float_params(f"{self.name}.init", params)
@@ -178,13 +144,11 @@ class Ema(Transform):
     ) -> tuple[Updates, EmaState]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.ema, "updates", "the state")
-        name = self.hyperparam_name
-        c = hp.one_minus(state.hyperparams, name)
-        d = hp.value(state.hyperparams, name)
-        count = safe_increment(state.count)
+        h, count = state.hyperparams, safe_increment(state.count)
+        d, c = decay_pair(h, "decay")
         new = jax.tree.map(lambda g, t: c * g + d * t, updates, state.ema)
         if self.debias:
-            correction = hp.bias_correction(state.hyperparams, name, count)
+            correction = hp.bias_correction(h, "decay", count)
             out = jax.tree.map(lambda t, g: (t / correction).astype(g.dtype), new, updates)
         else:
             out = jax.tree.map(lambda t, g: t.astype(g.dtype), new, updates)

@@ -107,7 +107,7 @@ def _norm(tree: Any) -> jax.Array:
 
 
 def _add_saturating(count: jax.Array, n: jax.Array) -> jax.Array:
-    """``count + n`` for int32 counters, saturating at the maximum (DESIGN D5)."""
+    """``count + n`` for int32 counters, saturating at the maximum."""
     room = jnp.iinfo(jnp.int32).max - count
     return jnp.where(n > room, jnp.iinfo(jnp.int32).max, count + n).astype(jnp.int32)
 
@@ -149,13 +149,11 @@ def _learning_rate(inner: Any, old: OptState, new: OptState) -> jax.Array:
     walks = zip(
         walk_transforms(inner, old, api="monitor"), walk_transforms(inner, new), strict=True
     )
-    for (_, tx, before), (_, _, after) in walks:
+    for (_, tx, _), (_, _, after) in walks:
         if isinstance(tx, Transform):
-            lr = getattr(tx, "learning_rate", None)
-            if callable(lr) and hasattr(before, "count"):
-                return jnp.asarray(lr(before.count), _F32)
-            stored = getattr(before, "hyperparams", None)
-            if isinstance(stored, dict) and "learning_rate" in stored:
+            # The value in force for this step (a schedule's is put there by `update`).
+            stored = getattr(after, "hyperparams", None)
+            if isinstance(stored, hp.HyperParams) and "learning_rate" in stored:
                 return jnp.asarray(stored["learning_rate"], _F32)
         else:
             # Another library's transform: a hyperparameter in its state, as this step left

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from optx._src import checks
-from optx._src.base import Params, Transform, Updates, safe_increment, transform, zero_count
+from optx._src import hyperparams as hp
+from optx._src.base import (
+    Params,
+    ScalarOrSchedule,
+    Transform,
+    Updates,
+    safe_increment,
+    transform,
+    zero_count,
+)
 from optx._src.scaling import scale_tree
 
 
@@ -44,15 +53,13 @@ class ReduceOnPlateau(Transform):
 
     name = "reduce_on_plateau"
     elementwise = True
-    hyperparams = ("factor", "rtol", "atol", "min_scale")
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"factor": ("in (0, 1)", lambda v: 0 < v < 1)}
-    factor: float = 0.1
+    factor: ScalarOrSchedule = hp.field(0.1, hp.Range("in (0, 1)", lambda v: 0 < v < 1))
     patience: int = 10
-    rtol: float = 1e-4
-    atol: float = 0.0
+    rtol: ScalarOrSchedule = hp.field(1e-4, hp.UNIT_CLOSED)
+    atol: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
     cooldown: int = 0
     accumulation_size: int = 1
-    min_scale: float = 0.0
+    min_scale: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -50,8 +50,7 @@ class Scale(Transform):
     name = "scale"
     elementwise = True
     row_sparse = True
-    hyperparams = ("step_size",)
-    step_size: float = 1.0
+    step_size: ScalarOrSchedule = hp.field(1.0)
 
     def init(self, params: Params) -> ScaleState:
         del params
@@ -100,8 +99,7 @@ class ScaleByLearningRate(Transform):
     name = "scale_by_learning_rate"
     elementwise = True
     row_sparse = True
-    hyperparams = ("learning_rate",)
-    learning_rate: ScalarOrSchedule = 1e-3
+    learning_rate: ScalarOrSchedule = hp.field(1e-3, hp.NONNEG)
     flip_sign: bool = True
 
     def init(self, params: Params) -> ScaleByLearningRateState:
@@ -110,7 +108,7 @@ class ScaleByLearningRate(Transform):
 
     def current(self, state: ScaleByLearningRateState) -> jax.Array:
         """The learning rate of the next step."""
-        return hp.scheduled(self.learning_rate, state.hyperparams, "learning_rate", state.count)
+        return state.hyperparams["learning_rate"]
 
     def update(
         self,

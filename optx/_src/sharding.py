@@ -1,4 +1,4 @@
-"""Shardings of optimizer state: `state_shardings` and `shard_state` (ZeRO-1), DESIGN D8.
+"""Shardings of optimizer state: `state_shardings` and `shard_state` (ZeRO-1).
 
 Both look at ``jax.eval_shape(tx.init, params)`` and sort its leaves into three kinds:
 

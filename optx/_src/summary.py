@@ -36,7 +36,7 @@ class SummaryRow(NamedTuple):
       kind: ``"hyperparameter"``, ``"counter"`` (an integer scalar), ``"scalar"`` (another
         scalar) or ``"slot"`` (an array).
       name: its key path within the sub-state (``"mu/dense/kernel"``); a hyperparameter's
-        public name (``"b1"``, though the state keeps ``one_minus_b1``).
+        public name (``"b1"``; a Keras class's ``"beta_1"``).
       shape: its shape.
       dtype: its dtype's name.
       nbytes: its size in bytes (over all devices, for a sharded array).
@@ -147,10 +147,10 @@ def summary(state: OptState, transform: GradientTransformationLike | None = None
       >>> import jax.numpy as jnp, optx
       >>> tx = optx.adam(1e-3)
       >>> print(optx.summary(tx.init({"w": jnp.zeros((2, 3))}), tx))
-      optimizer state: 9 arrays, 76 B
+      optimizer state: 11 arrays, 84 B
       where  owner                   kind            name           shape   dtype    bytes  value
-      0      scale_by_adam           hyperparameter  b1             ()      float32  4      0.9
-                                     hyperparameter  b2             ()      float32  4      0.999
+      0      scale_by_adam           hyperparameter  b1             ()      float32  8      0.9
+                                     hyperparameter  b2             ()      float32  8      0.999
                                      hyperparameter  eps            ()      float32  4      1e-08
                                      hyperparameter  eps_root       ()      float32  4      0
                                      counter         count          ()      int32    4      0
@@ -185,7 +185,8 @@ def summary(state: OptState, transform: GradientTransformationLike | None = None
         for group in sections.values()
         for row in sorted(group, key=lambda r: (_KINDS.index(r.kind), _hyper_key(r)))
     ]
-    return Summary(tuple(ordered), sum(r.nbytes for r in rows), len(rows))
+    # A decay's residual shares its row: count the arrays themselves.
+    return Summary(tuple(ordered), sum(r.nbytes for r in rows), len(jax.tree.leaves(state)))
 
 
 _KINDS = ("hyperparameter", "counter", "scalar", "slot")
@@ -222,6 +223,9 @@ def _visit(
 ) -> None:
     if _is_state(node):
         section = (path, owners.get(path, type(node).__name__))
+    if isinstance(node, hp.HyperParams):
+        _hyper_rows(node, path, section, rows)
+        return
     children = _children(node)
     if children:
         for key, child in children:
@@ -232,22 +236,61 @@ def _visit(
     rows.append(_row(node, path, section))
 
 
-def _row(leaf: Any, path: tuple[Any, ...], section: tuple[tuple[Any, ...], str]) -> SummaryRow:
+def _hyper_rows(
+    node: hp.HyperParams,
+    path: tuple[Any, ...],
+    section: tuple[tuple[Any, ...], str],
+    rows: list[SummaryRow],
+) -> None:
+    """A row per hyperparameter (its value in force, by its public name).
+
+    Then the schedules' scales and step count. A decay's rounding residual counts in its
+    bytes.
+    """
+    children = dict(_children(node))
+    residuals = children.get(jax.tree_util.GetAttrKey("residual"), {})
+    for entry, leaf in node.public_items():
+        key = jax.tree_util.DictKey(entry.name)
+        row = _row(_array(leaf), (*path, key), section, "hyperparameter", entry.name)
+        if entry.name in residuals:
+            extra = _row(_array(residuals[entry.name]), path, section).nbytes
+            row = row._replace(nbytes=row.nbytes + extra)
+        rows.append(row)
+    for name, scale in children.get(jax.tree_util.GetAttrKey("scale"), {}).items():
+        rows.append(_row(_array(scale), path, section, "scalar", f"{name} (schedule scale)"))
+    count = children.get(jax.tree_util.GetAttrKey("count"))
+    if count is not None:
+        rows.append(_row(_array(count), path, section, "counter", "schedule count"))
+
+
+def _array(leaf: Any) -> Any:
+    """The array in a leaf (a Flax variable holds one)."""
+    leaves = jax.tree.leaves(leaf)
+    return leaves[0] if leaves else leaf
+
+
+def _row(
+    leaf: Any,
+    path: tuple[Any, ...],
+    section: tuple[tuple[Any, ...], str],
+    kind: str | None = None,
+    name: str | None = None,
+) -> SummaryRow:
     start, owner = section
     inner = path[len(start) :]
     shape = tuple(int(d) for d in np.shape(leaf)) if not hasattr(leaf, "shape") else leaf.shape
     dtype = np.dtype(type(leaf)) if isinstance(leaf, bool | int | float) else leaf.dtype
     nbytes = int(np.prod(shape, dtype=np.int64)) * int(dtype.itemsize)
     value = _value(leaf, shape)
-    kind, name = "slot", path_name(inner)
-    if _is_hyperparam(inner):
-        stored = inner[-1].key
-        kind, name = "hyperparameter", stored.removeprefix(hp._ONE_MINUS)
-        if stored.startswith(hp._ONE_MINUS) and value is not None:
-            value = 1.0 - value
+    if kind is not None and name is not None:
+        pass
+    elif _is_injected_hyperparam(inner):  # optax's inject_hyperparams: a dict of them
+        kind, name = "hyperparameter", str(inner[-1].key)
     elif shape == ():
         integer = np.issubdtype(dtype, np.integer) if isinstance(dtype, np.dtype) else False
-        kind = "counter" if integer else "scalar"
+        kind, name = ("counter" if integer else "scalar"), path_name(inner)
+    else:
+        kind, name = "slot", path_name(inner)
     return SummaryRow(
         path_name(start),
         owner,
@@ -261,11 +304,12 @@ def _row(leaf: Any, path: tuple[Any, ...], section: tuple[tuple[Any, ...], str])
     )
 
 
-def _is_hyperparam(inner: tuple[Any, ...]) -> bool:
-    if len(inner) < 2 or not isinstance(inner[-1], jax.tree_util.DictKey):
-        return False
-    field = inner[-2]
-    return getattr(field, "name", getattr(field, "key", None)) == hp._FIELD
+def _is_injected_hyperparam(inner: tuple[Any, ...]) -> bool:
+    return (
+        len(inner) >= 2
+        and isinstance(inner[-1], jax.tree_util.DictKey)
+        and getattr(inner[-2], "name", None) == "hyperparams"
+    )
 
 
 def _dtype_name(dtype: Any) -> str:

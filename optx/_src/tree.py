@@ -1,6 +1,6 @@
 """Pytree arithmetic, public as `optx.tree`.
 
-Parameters are named by their key path joined with ``/`` (DESIGN D3): ``{"dense": {"kernel":
+Parameters are named by their key path joined with ``/``: ``{"dense": {"kernel":
 w}}`` names ``w`` ``"dense/kernel"``; list and tuple positions are numbers (``"layers/0/w"``).
 """
 

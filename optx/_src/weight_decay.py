@@ -42,18 +42,7 @@ class AddDecayedWeights(Transform):
 
     name = "add_decayed_weights"
     elementwise = True
-    hyperparams = ("weight_decay",)
-    weight_decay: float = 0.0
-
-    def __post_init__(self) -> None:
-        if callable(self.weight_decay):
-            raise TypeError(
-                f"`{hp.current(self.name)}` needs weight_decay to be a number (a schedule of "
-                f"the decay is not supported; it is multiplied by the scheduled learning rate "
-                f"when placed before `scale_by_learning_rate`). "
-                f"Received: weight_decay={self.weight_decay!r}."
-            )
-        super().__post_init__()
+    weight_decay: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
 
     def init(self, params: Params) -> AddDecayedWeightsState:
         del params
@@ -129,19 +118,13 @@ class DecayBefore(Transform):
     """See `decay_before`."""
 
     name = "decay_before"
-    hyperparams = ("weight_decay", "learning_rate")
     inner: GradientTransformationLike = None  # type: ignore[assignment]
-    weight_decay: float = 0.0
-    learning_rate: ScalarOrSchedule = 1e-3
+    weight_decay: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
+    learning_rate: ScalarOrSchedule = hp.field(1e-3, hp.NONNEG)
     mask: MaskSpec = None
 
     def __post_init__(self) -> None:
         checks.transform(self.name, "inner", self.inner)
-        if callable(self.weight_decay):
-            raise TypeError(
-                f"`{hp.current(self.name)}` needs weight_decay to be a number. "
-                f"Received: weight_decay={self.weight_decay!r}."
-            )
         if self.mask is not None:
             object.__setattr__(self, "mask", freeze_mask(self.name, self.mask))
         super().__post_init__()
@@ -159,7 +142,7 @@ class DecayBefore(Transform):
         api = f"{self.name}.update"
         checks.needs_params(api, params)
         checks.same_tree(api, updates, params, "updates", "params", allow_none=True)
-        lr = hp.scheduled(self.learning_rate, state.hyperparams, "learning_rate", state.count)
+        lr = state.hyperparams["learning_rate"]
         wd = state.hyperparams["weight_decay"]
         mask = (
             jax.tree.map(lambda _: True, params)

@@ -1,6 +1,6 @@
 """Keras-style stateful optimizers: ``keras.optimizers``' names and arguments, on optx.
 
-This namespace mirrors ``keras.optimizers`` (DESIGN D10): a Keras user replaces
+This namespace mirrors ``keras.optimizers``: a Keras user replaces
 ``keras.optimizers`` with ``optx.optimizers``. Each class translates its arguments into a
 chain of optx transforms and keeps that chain's state (`Optimizer`); Keras's
 learning-rate schedules are in `optx.optimizers.schedules`.

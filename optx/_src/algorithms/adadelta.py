@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +12,8 @@ from optx._src import checks
 from optx._src import hyperparams as hp
 from optx._src.base import Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.combine import Chain, MaskSpec, chain
-from optx._src.momentum import zeros_like
+from optx._src.moments import decay_pair, unzip, zeros_like
+from optx._src.options import dtype_options
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
 
@@ -31,17 +32,13 @@ class ScaleByAdaDelta(Transform):
 
     name = "scale_by_adadelta"
     elementwise = True
-    hyperparams = ("rho", "eps")
-    decays = ("rho",)
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"rho": hp.UNIT_OPEN}
-    rho: float = 0.9
-    eps: float = 1e-6
+    rho: ScalarOrSchedule = hp.field(0.9, hp.UNIT_OPEN, decay=True)
+    eps: ScalarOrSchedule = hp.field(1e-6, hp.NONNEG)
     accumulator_dtype: Any = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        dtype = checks.dtype_option(self.name, "accumulator_dtype", self.accumulator_dtype)
-        object.__setattr__(self, "accumulator_dtype", dtype)
+        dtype_options(self, "accumulator_dtype")
 
     def init(self, params: Params) -> ScaleByAdaDeltaState:
         checks.float_params(f"{self.name}.init", params)
@@ -61,7 +58,7 @@ class ScaleByAdaDelta(Transform):
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.e_g, "updates", "the state")
         h = state.hyperparams
-        r, c, eps = hp.value(h, "rho"), hp.one_minus(h, "rho"), h["eps"]
+        (r, c), eps = decay_pair(h, "rho"), h["eps"]
 
         def leaf(g: jax.Array, eg: jax.Array, ex: jax.Array) -> tuple[jax.Array, ...]:
             new_eg = c * jnp.square(g) + r * eg
@@ -69,9 +66,7 @@ class ScaleByAdaDelta(Transform):
             new_ex = c * jnp.square(u) + r * ex
             return u.astype(g.dtype), new_eg.astype(eg.dtype), new_ex.astype(ex.dtype)
 
-        treedef = jax.tree.structure(updates)
-        flat = treedef.flatten_up_to(jax.tree.map(leaf, updates, state.e_g, state.e_x))
-        u, e_g, e_x = (jax.tree.unflatten(treedef, [t[i] for t in flat]) for i in range(3))
+        u, e_g, e_x = unzip(jax.tree.map(leaf, updates, state.e_g, state.e_x), updates, 3)
         return u, ScaleByAdaDeltaState(e_g, e_x, h)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +23,9 @@ from optx._src.base import (
 )
 from optx._src.clipping import clip_by_block_rms
 from optx._src.combine import Chain, MaskSpec, chain
+from optx._src.moments import unzip
 from optx._src.momentum import ema
+from optx._src.options import dtype_options
 from optx._src.scaling import (
     ScaleByLearningRate,
     ScaleByLearningRateState,
@@ -104,17 +106,11 @@ class ScaleByFactoredRMS(Transform):
     """See `scale_by_factored_rms`."""
 
     name = "scale_by_factored_rms"
-    hyperparams = ("decay_rate", "step_offset", "epsilon")
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {
-        "decay_rate": hp.NONNEG,
-        "step_offset": hp.NONNEG,
-        "epsilon": hp.NONNEG,
-    }
     factored: bool = True
-    decay_rate: float = 0.8
-    step_offset: float = 0.0
+    decay_rate: ScalarOrSchedule = hp.field(0.8, hp.NONNEG)
+    step_offset: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
     min_dim_size_to_factor: int = 128
-    epsilon: float = 1e-30
+    epsilon: ScalarOrSchedule = hp.field(1e-30, hp.NONNEG)
     decay_rate_fn: Callable[[jax.Array, jax.Array], jax.Array] = decay_rate_pow
     factor_axes: str = "largest"
     nu_dtype: Any = None
@@ -134,9 +130,7 @@ class ScaleByFactoredRMS(Transform):
                 f"`{api}` needs decay_rate_fn to be a callable (step, decay_rate) -> decay. "
                 f"Received: decay_rate_fn={self.decay_rate_fn!r}."
             )
-        object.__setattr__(
-            self, "nu_dtype", checks.dtype_option(self.name, "nu_dtype", self.nu_dtype)
-        )
+        dtype_options(self, "nu_dtype")
 
     def _dims(self, shape: tuple[int, ...]) -> tuple[int, int] | None:
         return _factored_dims(
@@ -150,9 +144,7 @@ class ScaleByFactoredRMS(Transform):
             shape, dtype = jnp.shape(p), self.nu_dtype or jnp.result_type(p)
             return tuple(jnp.zeros(s, dtype) for s in _slot_shapes(self._dims(shape), shape))
 
-        treedef = jax.tree.structure(params)
-        triples = [leaf(p) for p in treedef.flatten_up_to(params)]
-        row, col, v = (jax.tree.unflatten(treedef, [t[i] for t in triples]) for i in range(3))
+        row, col, v = unzip(jax.tree.map(leaf, params), params, 3)
         return FactoredState(zero_count(), row, col, v, self.init_hyperparams())
 
     def update(
@@ -194,9 +186,8 @@ class ScaleByFactoredRMS(Transform):
             u = g32 * jnp.expand_dims((r / r_mean) ** -0.5, d0) * jnp.expand_dims(k**-0.5, d1)
             return u.astype(g.dtype), new_row, new_col, v
 
-        treedef = jax.tree.structure(updates)
-        out = treedef.flatten_up_to(jax.tree.map(leaf, updates, state.v_row, state.v_col, state.v))
-        u, row, col, v = (jax.tree.unflatten(treedef, [o[i] for o in out]) for i in range(4))
+        out = jax.tree.map(leaf, updates, state.v_row, state.v_col, state.v)
+        u, row, col, v = unzip(out, updates, 4)
         return u, FactoredState(safe_increment(state.count), row, col, v, h)
 
 
@@ -291,9 +282,7 @@ class ScaleByParamBlockRMS(Transform):
     """See `scale_by_param_block_rms`."""
 
     name = "scale_by_param_block_rms"
-    hyperparams = ("min_scale",)
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"min_scale": hp.NONNEG}
-    min_scale: float = 1e-3
+    min_scale: ScalarOrSchedule = hp.field(1e-3, hp.NONNEG)
 
     def init(self, params: Params) -> ScaleByParamBlockRMSState:
         del params
@@ -465,14 +454,17 @@ def adafactor(
     with hp.caller("adafactor"):
         # Arguments that a building block knows under another name are checked here, so
         # that a message names the argument the user gave.
-        hp.validate("adafactor", "decay_offset", decay_offset, hp.NONNEG)
-        hp.validate("adafactor", "eps", eps, hp.NONNEG)
-        if clipping_threshold is not None:
-            hp.validate("adafactor", "clipping_threshold", clipping_threshold, hp.POSITIVE)
-        if momentum is not None:
-            hp.validate("adafactor", "momentum", momentum, hp.UNIT_CLOSED)
-        if weight_decay_rate is not None:
-            hp.validate("adafactor", "weight_decay_rate", weight_decay_rate, hp.NONNEG)
+        # A schedule is checked by the building block that evaluates it.
+        for name, value, rule in (
+            ("decay_offset", decay_offset, hp.NONNEG),
+            ("eps", eps, hp.NONNEG),
+            ("clipping_threshold", clipping_threshold, hp.POSITIVE),
+            ("momentum", momentum, hp.UNIT_CLOSED),
+            ("weight_decay_rate", weight_decay_rate, hp.NONNEG),
+        ):
+            optional = name in ("clipping_threshold", "momentum", "weight_decay_rate")
+            if not (value is None and optional) and not hp.is_schedule(value):
+                hp.validate("adafactor", name, value, rule)
         checks.dtype_option("adafactor", "dtype_momentum", dtype_momentum)
         if relative_step and learning_rate is None:
             raise ValueError(

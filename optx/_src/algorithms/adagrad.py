@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +13,8 @@ from optx._src import hyperparams as hp
 from optx._src.algorithms.rmsprop import full_like, normalise
 from optx._src.base import Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.combine import Chain, chain
+from optx._src.moments import unzip
+from optx._src.options import dtype_options
 from optx._src.scaling import scale_by_learning_rate
 
 
@@ -30,22 +32,19 @@ class ScaleByRss(Transform):
     name = "scale_by_rss"
     elementwise = True
     row_sparse = True
-    hyperparams = ("initial_accumulator_value", "eps")
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"initial_accumulator_value": hp.NONNEG}
-    initial_accumulator_value: float = 0.1
-    eps: float = 1e-7
+    initial_accumulator_value: ScalarOrSchedule = hp.field(0.1, hp.NONNEG)
+    eps: ScalarOrSchedule = hp.field(1e-7, hp.NONNEG)
     eps_in_sqrt: bool = True
     accumulator_dtype: Any = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        dtype = checks.dtype_option(self.name, "accumulator_dtype", self.accumulator_dtype)
-        object.__setattr__(self, "accumulator_dtype", dtype)
+        dtype_options(self, "accumulator_dtype")
 
     def init(self, params: Params) -> ScaleByRssState:
         checks.float_params(f"{self.name}.init", params)
         return ScaleByRssState(
-            full_like(params, self.initial_accumulator_value, self.accumulator_dtype),
+            full_like(params, self.initial("initial_accumulator_value"), self.accumulator_dtype),
             self.init_hyperparams(),
         )
 
@@ -75,10 +74,7 @@ class ScaleByRss(Transform):
             return rule(g, new_a).astype(g.dtype), new_a.astype(a.dtype)
 
         pairs = jax.tree.map(leaf, updates, state.sum_of_squares, is_leaf=sparse.is_row_sparse)
-        treedef = jax.tree.structure(updates, is_leaf=sparse.is_row_sparse)
-        flat = treedef.flatten_up_to(pairs)
-        u = jax.tree.unflatten(treedef, [p[0] for p in flat])
-        sums = jax.tree.unflatten(treedef, [p[1] for p in flat])
+        u, sums = unzip(pairs, updates, 2, is_leaf=sparse.is_row_sparse)
         return u, ScaleByRssState(sums, state.hyperparams)
 
 

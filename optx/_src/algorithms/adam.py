@@ -1,16 +1,15 @@
 """The Adam family's core: `scale_by_adam` (Adam, NAdam) and the optimizers `adam`, `adamw`.
 
-The rest of the family builds on the helpers here: `nadam.py`, `amsgrad.py`, `adamax.py`,
-`radam.py`.
+The family's shared maths is in `optx._src.moments`; its other members (`nadam.py`,
+`amsgrad.py`, `adamax.py`, `radam.py`, ...) build on it and on `ScaleByAdamState`.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.typing import DTypeLike
 
 from optx._src import checks
@@ -20,80 +19,21 @@ from optx._src.base import (
     ScalarOrSchedule,
     Transform,
     Updates,
-    safe_increment,
     transform,
     zero_count,
 )
 from optx._src.combine import Chain, MaskSpec, chain
-from optx._src.momentum import zeros_like
+from optx._src.moments import (
+    adam_scalars,
+    first_moment_scalars,
+    nadam_schedule,
+    second_moment_scalars,
+    unzip,
+    zeros_like,
+)
+from optx._src.options import dtype_options, eps_placement_option, flag_options
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
-
-EPS_PLACEMENTS = ("optax", "keras")
-
-
-def eps_placement_option(api: str, value: Any) -> str:
-    """Checks an ``eps_placement`` option: ``"optax"`` or ``"keras"``."""
-    if not isinstance(value, str) or value not in EPS_PLACEMENTS:
-        raise ValueError(
-            f"`{hp.current(api)}` needs eps_placement to be 'optax' or 'keras'. "
-            f"Received: eps_placement={value!r}."
-        )
-    return value
-
-
-def flag_option(api: str, name: str, value: Any) -> bool:
-    """Checks a boolean option (a structural switch: a truthy string would be a mistake)."""
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(
-            f"`{hp.current(api)}` needs {name} to be a bool. Received: {name}={value!r}."
-        )
-    return bool(value)
-
-
-def dtype_options(tx: Transform, *names: str) -> None:
-    """Normalises the slot dtype options ``names`` of ``tx`` (see `checks.dtype_option`)."""
-    for name in names:
-        object.__setattr__(tx, name, checks.dtype_option(tx.name, name, getattr(tx, name)))
-
-
-def unzip(tuples: Any, like: Any, n: int) -> tuple[Any, ...]:
-    """Splits a tree of ``n``-tuples (one per leaf of ``like``) into ``n`` trees."""
-    treedef = jax.tree.structure(like)
-    flat = treedef.flatten_up_to(tuples)
-    return tuple(jax.tree.unflatten(treedef, [t[i] for t in flat]) for i in range(n))
-
-
-def first_moment_scalars(
-    h: dict[str, jax.Array], count: jax.Array, nesterov: bool
-) -> tuple[jax.Array, jax.Array | None]:
-    """Scalars ``(k_m, k_g)`` with the corrected first moment ``k_m * m_t + k_g * g_t``.
-
-    Plain: ``m_t / (1 - b1^t)``. Nesterov (NAdam, as optax):
-    ``b1 m_t / (1 - b1^(t+1)) + (1 - b1) g_t / (1 - b1^t)``. ``k_g`` is ``None`` without
-    Nesterov, so the leaves skip that term.
-    """
-    bc1 = hp.bias_correction(h, "b1", count)
-    if not nesterov:
-        return 1 / bc1, None
-    bc1_next = hp.bias_correction(h, "b1", safe_increment(count))
-    return hp.value(h, "b1") / bc1_next, hp.one_minus(h, "b1") / bc1
-
-
-def nadam_schedule(
-    h: dict[str, jax.Array], count: jax.Array, product: jax.Array
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """NAdam's momentum schedule: ``(k_m, k_g, new product)`` for step ``count``.
-
-    ``mu_t = b1 (1 - 0.5 * 0.96^(psi t))`` with ``psi = momentum_decay``; the product of the
-    ``mu`` so far is kept in the state (Keras's ``u_product``).
-    """
-    b1, psi = hp.value(h, "b1"), h["momentum_decay"]
-    t = count.astype(jnp.float32)
-    mu = b1 * (1 - 0.5 * jnp.power(jnp.float32(0.96), psi * t))
-    mu_next = b1 * (1 - 0.5 * jnp.power(jnp.float32(0.96), psi * (t + 1)))
-    product = product * mu
-    return mu_next / (1 - product * mu_next), (1 - mu) / (1 - product), product
 
 
 class ScaleByAdamState(NamedTuple):
@@ -135,26 +75,21 @@ class ScaleByAdam(Transform):
 
     name = "scale_by_adam"
     elementwise = True
-    hyperparams = ("b1", "b2", "eps", "eps_root", "momentum_decay")
-    decays = ("b1", "b2")
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"momentum_decay": hp.NONNEG}
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-8
-    eps_root: float = 0.0
+    b1: ScalarOrSchedule = hp.field(0.9, hp.UNIT_OPEN, decay=True)
+    b2: ScalarOrSchedule = hp.field(0.999, hp.UNIT_OPEN, decay=True)
+    eps: ScalarOrSchedule = hp.field(1e-8, hp.NONNEG)
+    eps_root: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
     mu_dtype: Any = None
     nesterov: bool = False
     nu_dtype: Any = None
     eps_placement: str = "optax"
     # Optional: ``None`` (optax's constant momentum) is neither validated nor stored.
-    momentum_decay: float | None = None
+    momentum_decay: ScalarOrSchedule | None = hp.field(None, hp.NONNEG, optional=True)
 
     def __post_init__(self) -> None:
-        for field in self.hyperparam_names():
-            value = hp.validate(self.name, field, getattr(self, field), self.ranges.get(field))
-            object.__setattr__(self, field, value)
+        super().__post_init__()
         dtype_options(self, "mu_dtype", "nu_dtype")
-        object.__setattr__(self, "nesterov", flag_option(self.name, "nesterov", self.nesterov))
+        flag_options(self, "nesterov")
         eps_placement_option(self.name, self.eps_placement)
         if self.momentum_decay is not None and not self.nesterov:
             raise ValueError(
@@ -162,13 +97,6 @@ class ScaleByAdam(Transform):
                 f"(NAdam's momentum schedule). Received: momentum_decay={self.momentum_decay!r}"
                 f", nesterov=False."
             )
-
-    def hyperparam_names(self) -> tuple[str, ...]:
-        names = ("b1", "b2", "eps", "eps_root")
-        return names if self.momentum_decay is None else (*names, "momentum_decay")
-
-    def init_hyperparams(self) -> dict[str, jax.Array]:
-        return hp.initial({f: getattr(self, f) for f in self.hyperparam_names()}, self.decays)
 
     def __repr__(self) -> str:
         text = super().__repr__()
@@ -192,37 +120,28 @@ class ScaleByAdam(Transform):
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.mu, "updates", "the state")
         h = state.hyperparams
-        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
-        b2, c2 = hp.value(h, "b2"), hp.one_minus(h, "b2")
-        eps, eps_root = h["eps"], h["eps_root"]
-        count = safe_increment(state.count)
         # Scalars computed once per step; the leaves only multiply by them.
-        bc2 = hp.bias_correction(h, "b2", count)
+        s = adam_scalars(h, state.count)
         product = None
         if self.momentum_decay is None:
-            k_m, k_g = first_moment_scalars(h, count, self.nesterov)
+            k_m, k_g = first_moment_scalars(h, s.count, self.nesterov)
         else:
-            k_m, k_g, product = nadam_schedule(h, count, state.u_product)  # pyright: ignore[reportAttributeAccessIssue]
-        if self.eps_placement == "keras":
-            # m_hat sqrt(1 - b2^t) / (sqrt(v) + eps): eps on the uncorrected sqrt(v).
-            root = jnp.sqrt(bc2)
-            k_m, k_g, k_v = k_m * root, None if k_g is None else k_g * root, None
-        else:
-            k_v = 1 / bc2
+            k_m, k_g, product = nadam_schedule(s, state.u_product)  # pyright: ignore[reportAttributeAccessIssue]
+        k_m, k_g, k_v = second_moment_scalars(s, self.eps_placement, k_m, k_g)
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
-            new_m = c1 * g + b1 * m
-            new_v = c2 * jnp.square(g) + b2 * v
+            new_m = s.c1 * g + s.b1 * m
+            new_v = s.c2 * jnp.square(g) + s.b2 * v
             m_hat = new_m * k_m if k_g is None else new_m * k_m + g * k_g
             v_hat = new_v if k_v is None else new_v * k_v
-            u = m_hat / (jnp.sqrt(v_hat + eps_root) + eps)
+            u = m_hat / (jnp.sqrt(v_hat + s.eps_root) + s.eps)
             return u.astype(g.dtype), new_m.astype(m.dtype), new_v.astype(v.dtype)
 
         u, mu, nu = unzip(jax.tree.map(leaf, updates, state.mu, state.nu), updates, 3)
         if self.momentum_decay is None:
-            return u, ScaleByAdamState(count, mu, nu, h)
+            return u, ScaleByAdamState(s.count, mu, nu, h)
         assert product is not None
-        return u, ScaleByNadamState(count, mu, nu, product, h)
+        return u, ScaleByNadamState(s.count, mu, nu, product, h)
 
 
 def scale_by_adam(

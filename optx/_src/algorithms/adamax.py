@@ -10,22 +10,17 @@ from jax.typing import DTypeLike
 
 from optx._src import checks
 from optx._src import hyperparams as hp
-from optx._src.algorithms.adam import (
-    ScaleByAdamState,
-    adam_state_init,
-    dtype_options,
-    eps_placement_option,
-    unzip,
-)
+from optx._src.algorithms.adam import ScaleByAdamState, adam_state_init
 from optx._src.base import (
     Params,
     ScalarOrSchedule,
     Transform,
     Updates,
-    safe_increment,
     transform,
 )
 from optx._src.combine import Chain, MaskSpec, chain
+from optx._src.moments import adam_scalars, unzip
+from optx._src.options import dtype_options, eps_placement_option
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
 
@@ -36,12 +31,10 @@ class ScaleByAdamax(Transform):
 
     name = "scale_by_adamax"
     elementwise = True
-    hyperparams = ("b1", "b2", "eps")
     # b2 scales a maximum, not an average: it is stored as it is.
-    decays = ("b1",)
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-8
+    b1: ScalarOrSchedule = hp.field(0.9, hp.UNIT_OPEN, decay=True)
+    b2: ScalarOrSchedule = hp.field(0.999, hp.UNIT_OPEN)
+    eps: ScalarOrSchedule = hp.field(1e-8, hp.NONNEG)
     eps_placement: str = "optax"
     mu_dtype: Any = None
     nu_dtype: Any = None
@@ -58,25 +51,22 @@ class ScaleByAdamax(Transform):
     ) -> tuple[Updates, ScaleByAdamState]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.mu, "updates", "the state")
-        h = state.hyperparams
-        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
-        b2, eps = h["b2"], h["eps"]
-        count = safe_increment(state.count)
-        k_m = 1 / hp.bias_correction(h, "b1", count)
+        s = adam_scalars(state.hyperparams, state.count)
+        k_m = 1 / s.bias_correction("b1")
         keras = self.eps_placement == "keras"
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
-            new_m = c1 * g + b1 * m
+            new_m = s.c1 * g + s.b1 * m
             if keras:
-                new_v = jnp.maximum(b2 * v, jnp.abs(g))
-                u = new_m * k_m / (new_v + eps)
+                new_v = jnp.maximum(s.b2 * v, jnp.abs(g))
+                u = new_m * k_m / (new_v + s.eps)
             else:
-                new_v = jnp.maximum(b2 * v, jnp.abs(g) + eps)
+                new_v = jnp.maximum(s.b2 * v, jnp.abs(g) + s.eps)
                 u = new_m * k_m / new_v
             return u.astype(g.dtype), new_m.astype(m.dtype), new_v.astype(v.dtype)
 
         u, mu, nu = unzip(jax.tree.map(leaf, updates, state.mu, state.nu), updates, 3)
-        return u, ScaleByAdamState(count, mu, nu, h)
+        return u, ScaleByAdamState(s.count, mu, nu, s.hyperparams)
 
 
 def scale_by_adamax(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -14,11 +14,11 @@ from optx._src.base import (
     ScalarOrSchedule,
     Transform,
     Updates,
-    safe_increment,
     transform,
     zero_count,
 )
 from optx._src.combine import Chain, MaskSpec, chain
+from optx._src.moments import adam_scalars, decay_pair, unzip
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
 
@@ -40,14 +40,11 @@ class ScaleByAdan(Transform):
 
     name = "scale_by_adan"
     elementwise = True
-    hyperparams = ("b1", "b2", "b3", "eps", "eps_root")
-    decays = ("b1", "b2", "b3")
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"b3": hp.UNIT_OPEN}
-    b1: float = 0.98
-    b2: float = 0.92
-    b3: float = 0.99
-    eps: float = 1e-8
-    eps_root: float = 0.0
+    b1: ScalarOrSchedule = hp.field(0.98, hp.UNIT_OPEN, decay=True)
+    b2: ScalarOrSchedule = hp.field(0.92, hp.UNIT_OPEN, decay=True)
+    b3: ScalarOrSchedule = hp.field(0.99, hp.UNIT_OPEN, decay=True)
+    eps: ScalarOrSchedule = hp.field(1e-8, hp.NONNEG)
+    eps_root: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
 
     def init(self, params: Params) -> ScaleByAdanState:
         checks.float_params(f"{self.name}.init", params)
@@ -59,24 +56,18 @@ class ScaleByAdan(Transform):
     ) -> tuple[Updates, ScaleByAdanState]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.m, "updates", "the state")
-        h = state.hyperparams
-        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
-        b2, c2 = hp.value(h, "b2"), hp.one_minus(h, "b2")
-        b3, c3 = hp.value(h, "b3"), hp.one_minus(h, "b3")
-        eps, eps_root = h["eps"], h["eps_root"]
+        s = adam_scalars(state.hyperparams, state.count)
+        b3, c3 = decay_pair(s.hyperparams, "b3")
         first = state.count == 0
-        count = safe_increment(state.count)
-        bc1 = hp.bias_correction(h, "b1", count)
-        bc2 = hp.bias_correction(h, "b2", count)
-        bc3 = hp.bias_correction(h, "b3", count)
+        bc1, bc2, bc3 = (s.bias_correction(name) for name in ("b1", "b2", "b3"))
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array, n: jax.Array, prev: jax.Array) -> Any:
             # No previous gradient on the first step: the difference is zero, not g.
             diff = jnp.where(first, jnp.zeros_like(g), g - prev)
-            new_m = c1 * g + b1 * m
-            new_v = c2 * diff + b2 * v
-            new_n = c3 * jnp.square(g + c2 * diff) + b3 * n
-            u = (new_m / bc1 + c2 * (new_v / bc2)) / (jnp.sqrt(new_n / bc3 + eps_root) + eps)
+            new_m = s.c1 * g + s.b1 * m
+            new_v = s.c2 * diff + s.b2 * v
+            new_n = c3 * jnp.square(g + s.c2 * diff) + b3 * n
+            u = (new_m / bc1 + s.c2 * (new_v / bc2)) / (jnp.sqrt(new_n / bc3 + s.eps_root) + s.eps)
             return (
                 u.astype(g.dtype),
                 new_m.astype(m.dtype),
@@ -85,12 +76,9 @@ class ScaleByAdan(Transform):
                 g.astype(prev.dtype),
             )
 
-        treedef = jax.tree.structure(updates)
-        flat = treedef.flatten_up_to(
-            jax.tree.map(leaf, updates, state.m, state.v, state.n, state.g)
-        )
-        u, m, v, n, g = (jax.tree.unflatten(treedef, [t[i] for t in flat]) for i in range(5))
-        return u, ScaleByAdanState(count, m, v, n, g, h)
+        flat = jax.tree.map(leaf, updates, state.m, state.v, state.n, state.g)
+        u, m, v, n, g = unzip(flat, updates, 5)
+        return u, ScaleByAdanState(s.count, m, v, n, g, s.hyperparams)
 
 
 def scale_by_adan(

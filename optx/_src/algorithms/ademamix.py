@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -10,18 +10,17 @@ from jax.typing import DTypeLike
 
 from optx._src import checks
 from optx._src import hyperparams as hp
-from optx._src.algorithms.adam import dtype_options, unzip
 from optx._src.base import (
     Params,
     ScalarOrSchedule,
     Transform,
     Updates,
-    safe_increment,
     transform,
     zero_count,
 )
 from optx._src.combine import Chain, MaskSpec, chain
-from optx._src.momentum import zeros_like
+from optx._src.moments import adam_scalars, decay_pair, unzip, zeros_like
+from optx._src.options import dtype_options
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
 
@@ -42,15 +41,12 @@ class ScaleByAdemamix(Transform):
 
     name = "scale_by_ademamix"
     elementwise = True
-    hyperparams = ("b1", "b2", "b3", "alpha", "eps", "eps_root")
-    decays = ("b1", "b2", "b3")
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"b3": hp.UNIT_OPEN, "alpha": hp.NONNEG}
-    b1: float = 0.9
-    b2: float = 0.999
-    b3: ScalarOrSchedule = 0.9999
-    alpha: ScalarOrSchedule = 6.0
-    eps: float = 1e-8
-    eps_root: float = 0.0
+    b1: ScalarOrSchedule = hp.field(0.9, hp.UNIT_OPEN, decay=True)
+    b2: ScalarOrSchedule = hp.field(0.999, hp.UNIT_OPEN, decay=True)
+    b3: ScalarOrSchedule = hp.field(0.9999, hp.UNIT_OPEN, decay=True)
+    alpha: ScalarOrSchedule = hp.field(6.0, hp.NONNEG)
+    eps: ScalarOrSchedule = hp.field(1e-8, hp.NONNEG)
+    eps_root: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
     mu_dtype: Any = None
 
     def __post_init__(self) -> None:
@@ -71,31 +67,18 @@ class ScaleByAdemamix(Transform):
     ) -> tuple[Updates, ScaleByAdemamixState]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.m1, "updates", "the state")
-        h = state.hyperparams
-        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
-        b2, c2 = hp.value(h, "b2"), hp.one_minus(h, "b2")
-        if callable(self.b3):
-            b3 = jnp.asarray(self.b3(state.count), jnp.float32)
-            c3 = 1 - b3
-        else:
-            b3, c3 = hp.value(h, "b3"), hp.one_minus(h, "b3")
-        alpha = (
-            jnp.asarray(self.alpha(state.count), jnp.float32)
-            if callable(self.alpha)
-            else h["alpha"]
-        )
-        eps, eps_root = h["eps"], h["eps_root"]
-        count = safe_increment(state.count)
+        s = adam_scalars(state.hyperparams, state.count)
+        b3, c3 = decay_pair(s.hyperparams, "b3")
+        alpha = s.hyperparams["alpha"]
         # Scalars once per step: the slow EMA is not bias-corrected (it would start too
         # loud); the fast one and the second moment are, as in Adam.
-        k1 = 1 / hp.bias_correction(h, "b1", count)
-        k2 = 1 / hp.bias_correction(h, "b2", count)
+        k1, k2 = 1 / s.bias_correction("b1"), 1 / s.bias_correction("b2")
 
         def leaf(g: jax.Array, m1: jax.Array, m2: jax.Array, v: jax.Array) -> tuple[Any, ...]:
-            new_m1 = c1 * g + b1 * m1
+            new_m1 = s.c1 * g + s.b1 * m1
             new_m2 = c3 * g + b3 * m2
-            new_v = c2 * jnp.square(g) + b2 * v
-            u = (new_m1 * k1 + alpha * new_m2) / (jnp.sqrt(new_v * k2 + eps_root) + eps)
+            new_v = s.c2 * jnp.square(g) + s.b2 * v
+            u = (new_m1 * k1 + alpha * new_m2) / (jnp.sqrt(new_v * k2 + s.eps_root) + s.eps)
             return (
                 u.astype(g.dtype),
                 new_m1.astype(m1.dtype),
@@ -105,7 +88,7 @@ class ScaleByAdemamix(Transform):
 
         flat = jax.tree.map(leaf, updates, state.m1, state.m2, state.nu)
         u, m1, m2, nu = unzip(flat, updates, 4)
-        return u, ScaleByAdemamixState(count, m1, m2, nu, h)
+        return u, ScaleByAdemamixState(s.count, m1, m2, nu, s.hyperparams)
 
 
 def scale_by_ademamix(

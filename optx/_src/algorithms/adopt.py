@@ -11,18 +11,17 @@ from jax.typing import DTypeLike
 
 from optx._src import checks
 from optx._src import hyperparams as hp
-from optx._src.algorithms.adam import dtype_options, flag_option, unzip
 from optx._src.base import (
     Params,
     ScalarOrSchedule,
     Transform,
     Updates,
-    safe_increment,
     transform,
     zero_count,
 )
 from optx._src.combine import Chain, chain
-from optx._src.momentum import zeros_like
+from optx._src.moments import adam_scalars, unzip, zeros_like
+from optx._src.options import dtype_options, flag_options
 from optx._src.scaling import scale_by_learning_rate
 
 
@@ -46,11 +45,9 @@ class ScaleByAdopt(Transform):
 
     name = "scale_by_adopt"
     elementwise = True
-    hyperparams = ("b1", "b2", "eps")
-    decays = ("b1", "b2")
-    b1: float = 0.9
-    b2: float = 0.9999
-    eps: float = 1e-6
+    b1: ScalarOrSchedule = hp.field(0.9, hp.UNIT_OPEN, decay=True)
+    b2: ScalarOrSchedule = hp.field(0.9999, hp.UNIT_OPEN, decay=True)
+    eps: ScalarOrSchedule = hp.field(1e-6, hp.NONNEG)
     mu_dtype: Any = None
     nesterov: bool = False
     use_clipping: bool = True
@@ -60,8 +57,7 @@ class ScaleByAdopt(Transform):
     def __post_init__(self) -> None:
         super().__post_init__()
         dtype_options(self, "mu_dtype", "nu_dtype")
-        for flag in ("nesterov", "use_clipping"):
-            object.__setattr__(self, flag, flag_option(self.name, flag, getattr(self, flag)))
+        flag_options(self, "nesterov", "use_clipping")
         if not callable(self.clip_value_fn):
             raise TypeError(
                 f"`{hp.current(self.name)}` needs clip_value_fn to be a callable step -> "
@@ -78,15 +74,13 @@ class ScaleByAdopt(Transform):
     ) -> tuple[Updates, ScaleByAdoptState]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.mu, "updates", "the state")
-        h = state.hyperparams
+        s = adam_scalars(state.hyperparams, state.count)
         first = state.count == 0
         # The first step only records g^2: nu = g^2 (b2 -> 0) and the momentum keeps its
         # zeros (b1 -> 1), so the first update is zero.
-        b1 = jnp.where(first, 1.0, hp.value(h, "b1"))
-        c1 = jnp.where(first, 0.0, hp.one_minus(h, "b1"))
-        b2 = jnp.where(first, 0.0, hp.value(h, "b2"))
-        c2 = jnp.where(first, 1.0, hp.one_minus(h, "b2"))
-        eps = h["eps"]
+        b1, c1 = jnp.where(first, 1.0, s.b1), jnp.where(first, 0.0, s.c1)
+        b2, c2 = jnp.where(first, 0.0, s.b2), jnp.where(first, 1.0, s.c2)
+        eps = s.eps
         bound = jnp.asarray(self.clip_value_fn(state.count), jnp.float32)
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
@@ -100,7 +94,7 @@ class ScaleByAdopt(Transform):
             return u.astype(g.dtype), new_m.astype(m.dtype), new_v.astype(v.dtype)
 
         u, mu, nu = unzip(jax.tree.map(leaf, updates, state.mu, state.nu), updates, 3)
-        return u, ScaleByAdoptState(safe_increment(state.count), mu, nu, h)
+        return u, ScaleByAdoptState(s.count, mu, nu, s.hyperparams)
 
 
 def scale_by_adopt(

@@ -10,18 +10,17 @@ from jax.typing import DTypeLike
 
 from optx._src import checks
 from optx._src import hyperparams as hp
-from optx._src.algorithms.adam import dtype_options, eps_placement_option, flag_option, unzip
 from optx._src.base import (
     Params,
     ScalarOrSchedule,
     Transform,
     Updates,
-    safe_increment,
     transform,
     zero_count,
 )
 from optx._src.combine import Chain, chain
-from optx._src.momentum import zeros_like
+from optx._src.moments import adam_scalars, second_moment_scalars, unzip, zeros_like
+from optx._src.options import dtype_options, eps_placement_option, flag_options
 from optx._src.scaling import scale_by_learning_rate
 
 
@@ -41,12 +40,10 @@ class ScaleByAmsgrad(Transform):
 
     name = "scale_by_amsgrad"
     elementwise = True
-    hyperparams = ("b1", "b2", "eps", "eps_root")
-    decays = ("b1", "b2")
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-8
-    eps_root: float = 0.0
+    b1: ScalarOrSchedule = hp.field(0.9, hp.UNIT_OPEN, decay=True)
+    b2: ScalarOrSchedule = hp.field(0.999, hp.UNIT_OPEN, decay=True)
+    eps: ScalarOrSchedule = hp.field(1e-8, hp.NONNEG)
+    eps_root: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
     mu_dtype: Any = None
     bias_correction_mu: bool = True
     bias_correction_nu: bool = True
@@ -56,8 +53,7 @@ class ScaleByAmsgrad(Transform):
     def __post_init__(self) -> None:
         super().__post_init__()
         dtype_options(self, "mu_dtype", "nu_dtype")
-        for field in ("bias_correction_mu", "bias_correction_nu"):
-            object.__setattr__(self, field, flag_option(self.name, field, getattr(self, field)))
+        flag_options(self, "bias_correction_mu", "bias_correction_nu")
         eps_placement_option(self.name, self.eps_placement)
 
     def init(self, params: Params) -> ScaleByAmsgradState:
@@ -79,25 +75,19 @@ class ScaleByAmsgrad(Transform):
     ) -> tuple[Updates, ScaleByAmsgradState]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.mu, "updates", "the state")
-        h = state.hyperparams
-        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
-        b2, c2 = hp.value(h, "b2"), hp.one_minus(h, "b2")
-        eps, eps_root = h["eps"], h["eps_root"]
-        count = safe_increment(state.count)
-        k_m = 1 / hp.bias_correction(h, "b1", count) if self.bias_correction_mu else None
-        bc2 = hp.bias_correction(h, "b2", count) if self.bias_correction_nu else None
-        k_v = None if bc2 is None else 1 / bc2
-        if self.eps_placement == "keras" and bc2 is not None:
-            # The maximum of the raw v; its correction is the scalar sqrt(1 - b2^t) on m.
-            k_m = jnp.sqrt(bc2) if k_m is None else k_m * jnp.sqrt(bc2)
-            k_v = None
+        s = adam_scalars(state.hyperparams, state.count)
+        k_m = 1 / s.bias_correction("b1") if self.bias_correction_mu else None
+        k_v = None
+        if self.bias_correction_nu:
+            # Keras: the maximum of the raw v; its correction is the scalar sqrt(1 - b2^t) on m.
+            k_m, _, k_v = second_moment_scalars(s, self.eps_placement, k_m)
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array, v_max: jax.Array) -> tuple:
-            new_m = c1 * g + b1 * m
-            new_v = c2 * jnp.square(g) + b2 * v
+            new_m = s.c1 * g + s.b1 * m
+            new_v = s.c2 * jnp.square(g) + s.b2 * v
             new_max = jnp.maximum(v_max, new_v if k_v is None else new_v * k_v)
             m_hat = new_m if k_m is None else new_m * k_m
-            u = m_hat / (jnp.sqrt(new_max + eps_root) + eps)
+            u = m_hat / (jnp.sqrt(new_max + s.eps_root) + s.eps)
             return (
                 u.astype(g.dtype),
                 new_m.astype(m.dtype),
@@ -107,7 +97,7 @@ class ScaleByAmsgrad(Transform):
 
         tuples = jax.tree.map(leaf, updates, state.mu, state.nu, state.nu_max)
         u, mu, nu, nu_max = unzip(tuples, updates, 4)
-        return u, ScaleByAmsgradState(count, mu, nu, nu_max, h)
+        return u, ScaleByAmsgradState(s.count, mu, nu, nu_max, s.hyperparams)
 
 
 def scale_by_amsgrad(

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -17,18 +17,12 @@ from optx._src.base import (
     ScalarOrSchedule,
     Transform,
     Updates,
-    safe_increment,
     transform,
     zero_count,
 )
 from optx._src.combine import Chain, chain
+from optx._src.moments import adam_scalars, unzip
 from optx._src.scaling import scale_by_learning_rate
-
-
-def _unzip3(triples: Any, like: Any) -> tuple[Any, Any, Any]:
-    treedef = jax.tree.structure(like)
-    flat = treedef.flatten_up_to(triples)
-    return tuple(jax.tree.unflatten(treedef, [t[i] for t in flat]) for i in range(3))  # type: ignore[return-value]
 
 
 class ScaleByBeliefState(NamedTuple):
@@ -46,12 +40,10 @@ class ScaleByBelief(Transform):
 
     name = "scale_by_belief"
     elementwise = True
-    hyperparams = ("b1", "b2", "eps", "eps_root")
-    decays = ("b1", "b2")
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-16
-    eps_root: float = 1e-16
+    b1: ScalarOrSchedule = hp.field(0.9, hp.UNIT_OPEN, decay=True)
+    b2: ScalarOrSchedule = hp.field(0.999, hp.UNIT_OPEN, decay=True)
+    eps: ScalarOrSchedule = hp.field(1e-16, hp.NONNEG)
+    eps_root: ScalarOrSchedule = hp.field(1e-16, hp.NONNEG)
     nesterov: bool = False
 
     def init(self, params: Params) -> ScaleByBeliefState:
@@ -68,24 +60,19 @@ class ScaleByBelief(Transform):
     ) -> tuple[Updates, ScaleByBeliefState]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.mu, "updates", "the state")
-        h = state.hyperparams
-        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
-        b2, c2 = hp.value(h, "b2"), hp.one_minus(h, "b2")
-        eps, eps_root = h["eps"], h["eps_root"]
-        count = safe_increment(state.count)
-        bc1 = hp.bias_correction(h, "b1", count)
-        bc2 = hp.bias_correction(h, "b2", count)
-        bc1_next = hp.bias_correction(h, "b1", safe_increment(count))
+        s = adam_scalars(state.hyperparams, state.count)
+        bc1, bc2 = s.bias_correction("b1"), s.bias_correction("b2")
+        bc1_next = s.bias_correction("b1", next_step=True) if self.nesterov else None
 
-        def leaf(g: jax.Array, m: jax.Array, s: jax.Array) -> tuple[jax.Array, ...]:
-            new_m = c1 * g + b1 * m
-            new_s = c2 * jnp.square(g - new_m) + b2 * s + eps_root
-            m_hat = b1 * (new_m / bc1_next) + c1 * (g / bc1) if self.nesterov else new_m / bc1
-            u = m_hat / (jnp.sqrt(new_s / bc2) + eps)
-            return u.astype(g.dtype), new_m.astype(m.dtype), new_s.astype(s.dtype)
+        def leaf(g: jax.Array, m: jax.Array, belief: jax.Array) -> tuple[jax.Array, ...]:
+            new_m = s.c1 * g + s.b1 * m
+            new_belief = s.c2 * jnp.square(g - new_m) + s.b2 * belief + s.eps_root
+            m_hat = s.b1 * (new_m / bc1_next) + s.c1 * (g / bc1) if self.nesterov else new_m / bc1
+            u = m_hat / (jnp.sqrt(new_belief / bc2) + s.eps)
+            return u.astype(g.dtype), new_m.astype(m.dtype), new_belief.astype(belief.dtype)
 
-        u, mu, nu = _unzip3(jax.tree.map(leaf, updates, state.mu, state.nu), updates)
-        return u, ScaleByBeliefState(count, mu, nu, h)
+        u, mu, nu = unzip(jax.tree.map(leaf, updates, state.mu, state.nu), updates, 3)
+        return u, ScaleByBeliefState(s.count, mu, nu, s.hyperparams)
 
 
 def scale_by_belief(
@@ -206,19 +193,17 @@ class ScaleByYogi(Transform):
 
     name = "scale_by_yogi"
     elementwise = True
-    hyperparams = ("b1", "b2", "eps", "eps_root", "initial_accumulator_value")
-    decays = ("b1", "b2")
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"initial_accumulator_value": hp.NONNEG}
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-3
-    eps_root: float = 0.0
-    initial_accumulator_value: float = 1e-6
+    b1: ScalarOrSchedule = hp.field(0.9, hp.UNIT_OPEN, decay=True)
+    b2: ScalarOrSchedule = hp.field(0.999, hp.UNIT_OPEN, decay=True)
+    eps: ScalarOrSchedule = hp.field(1e-3, hp.NONNEG)
+    eps_root: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
+    initial_accumulator_value: ScalarOrSchedule = hp.field(1e-6, hp.NONNEG)
 
     def init(self, params: Params) -> ScaleByYogiState:
         checks.float_params(f"{self.name}.init", params)
         full = jax.tree.map(
-            lambda p: jnp.full(jnp.shape(p), self.initial_accumulator_value, p.dtype), params
+            lambda p: jnp.full(jnp.shape(p), self.initial("initial_accumulator_value"), p.dtype),
+            params,
         )
         return ScaleByYogiState(zero_count(), full, full, self.init_hyperparams())
 
@@ -227,24 +212,19 @@ class ScaleByYogi(Transform):
     ) -> tuple[Updates, ScaleByYogiState]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.mu, "updates", "the state")
-        h = state.hyperparams
-        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
-        c2 = hp.one_minus(h, "b2")
-        eps, eps_root = h["eps"], h["eps_root"]
-        count = safe_increment(state.count)
-        bc1 = hp.bias_correction(h, "b1", count)
-        bc2 = hp.bias_correction(h, "b2", count)
+        s = adam_scalars(state.hyperparams, state.count)
+        bc1, bc2 = s.bias_correction("b1"), s.bias_correction("b2")
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
-            new_m = c1 * g + b1 * m
+            new_m = s.c1 * g + s.b1 * m
             g2 = jnp.square(g)
             # Moves v towards g^2 by (1 - b2) g^2: additively, unlike Adam's average.
-            new_v = v - c2 * jnp.sign(v - g2) * g2
-            u = (new_m / bc1) / (jnp.sqrt(new_v / bc2 + eps_root) + eps)
+            new_v = v - s.c2 * jnp.sign(v - g2) * g2
+            u = (new_m / bc1) / (jnp.sqrt(new_v / bc2 + s.eps_root) + s.eps)
             return u.astype(g.dtype), new_m.astype(m.dtype), new_v.astype(v.dtype)
 
-        u, mu, nu = _unzip3(jax.tree.map(leaf, updates, state.mu, state.nu), updates)
-        return u, ScaleByYogiState(count, mu, nu, h)
+        u, mu, nu = unzip(jax.tree.map(leaf, updates, state.mu, state.nu), updates, 3)
+        return u, ScaleByYogiState(s.count, mu, nu, s.hyperparams)
 
 
 def scale_by_yogi(

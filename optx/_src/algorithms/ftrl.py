@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -20,8 +20,10 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, chain
+from optx._src.moments import unzip
+from optx._src.options import dtype_options
 
-_NONPOSITIVE = ("finite and <= 0", lambda v: v <= 0)
+_NONPOSITIVE = hp.Range("finite and <= 0", lambda v: v <= 0)
 
 
 class ScaleByFtrlState(NamedTuple):
@@ -42,38 +44,18 @@ class ScaleByFtrl(Transform):
 
     name = "scale_by_ftrl"
     elementwise = True
-    hyperparams = (
-        "learning_rate",
-        "learning_rate_power",
-        "initial_accumulator_value",
-        "l1_regularization_strength",
-        "l2_regularization_strength",
-        "l2_shrinkage_regularization_strength",
-        "beta",
-    )
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {
-        # The learning rate divides: zero would give 0/0.
-        "learning_rate": hp.POSITIVE,
-        "learning_rate_power": _NONPOSITIVE,
-        "initial_accumulator_value": hp.NONNEG,
-        "l1_regularization_strength": hp.NONNEG,
-        "l2_regularization_strength": hp.NONNEG,
-        "l2_shrinkage_regularization_strength": hp.NONNEG,
-        "beta": hp.NONNEG,
-    }
-    learning_rate: ScalarOrSchedule = 1e-3
-    learning_rate_power: float = -0.5
-    initial_accumulator_value: float = 0.1
-    l1_regularization_strength: float = 0.0
-    l2_regularization_strength: float = 0.0
-    l2_shrinkage_regularization_strength: float = 0.0
-    beta: float = 0.0
+    learning_rate: ScalarOrSchedule = hp.field(1e-3, hp.POSITIVE)
+    learning_rate_power: ScalarOrSchedule = hp.field(-0.5, _NONPOSITIVE)
+    initial_accumulator_value: ScalarOrSchedule = hp.field(0.1, hp.NONNEG)
+    l1_regularization_strength: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
+    l2_regularization_strength: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
+    l2_shrinkage_regularization_strength: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
+    beta: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
     accumulator_dtype: Any = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        dtype = checks.dtype_option(self.name, "accumulator_dtype", self.accumulator_dtype)
-        object.__setattr__(self, "accumulator_dtype", dtype)
+        dtype_options(self, "accumulator_dtype")
 
     def init(self, params: Params) -> ScaleByFtrlState:
         checks.float_params(f"{self.name}.init", params)
@@ -83,7 +65,7 @@ class ScaleByFtrl(Transform):
 
         return ScaleByFtrlState(
             zero_count(),
-            jax.tree.map(lambda p: slot(p, self.initial_accumulator_value), params),
+            jax.tree.map(lambda p: slot(p, self.initial("initial_accumulator_value")), params),
             jax.tree.map(lambda p: slot(p, 0.0), params),
             self.init_hyperparams(),
         )
@@ -97,7 +79,7 @@ class ScaleByFtrl(Transform):
         checks.same_tree(api, updates, state.accumulator, "updates", "the state")
         checks.same_tree(api, params, state.accumulator, "params", "the state")
         h = state.hyperparams
-        lr = hp.scheduled(self.learning_rate, h, "learning_rate", state.count)
+        lr = h["learning_rate"]
         power = -h["learning_rate_power"]
         l1 = h["l1_regularization_strength"]
         l2 = h["l2_regularization_strength"] + h["beta"] / (2.0 * lr)
@@ -121,11 +103,8 @@ class ScaleByFtrl(Transform):
             # Exactly -w where the L1 term zeroes the weight: the parameter becomes 0.
             return (new_w - w32).astype(g.dtype), new_n.astype(n.dtype), new_z.astype(z.dtype)
 
-        treedef = jax.tree.structure(updates)
-        triples = treedef.flatten_up_to(
-            jax.tree.map(leaf, updates, params, state.accumulator, state.linear)
-        )
-        u, n, z = (jax.tree.unflatten(treedef, [t[i] for t in triples]) for i in range(3))
+        triples = jax.tree.map(leaf, updates, params, state.accumulator, state.linear)
+        u, n, z = unzip(triples, updates, 3)
         return u, ScaleByFtrlState(safe_increment(state.count), n, z, h)
 
 

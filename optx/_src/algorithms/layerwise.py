@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -52,24 +52,15 @@ class ScaleByTrustRatio(Transform):
     """See `scale_by_trust_ratio`."""
 
     name = "scale_by_trust_ratio"
-    hyperparams = ("min_norm", "trust_coefficient", "eps")
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {
-        "min_norm": hp.NONNEG,
-        "trust_coefficient": hp.NONNEG,
-    }
-    min_norm: float = 0.0
-    trust_coefficient: float = 1.0
-    eps: float = 0.0
+    min_norm: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
+    trust_coefficient: ScalarOrSchedule = hp.field(1.0, hp.NONNEG)
+    eps: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
     # Hyperparameters that an optimizer does not expose (LAMB's trust ratio takes none of
     # its arguments) stay constants, so its state holds exactly the optimizer's arguments.
     constants: tuple[str, ...] = dataclasses.field(default=(), repr=False)
 
-    def hyperparam_names(self) -> tuple[str, ...]:
-        """The names under which this transform's dynamic hyperparameters sit in its state."""
-        return tuple(f for f in self.hyperparams if f not in self.constants)
-
-    def init_hyperparams(self) -> dict[str, jax.Array]:
-        return hp.initial({f: getattr(self, f) for f in self.hyperparam_names()}, ())
+    def unused_hyperparams(self) -> frozenset[str]:
+        return frozenset(self.constants)
 
     def init(self, params: Params) -> ScaleByTrustRatioState:
         del params
@@ -87,9 +78,12 @@ class ScaleByTrustRatio(Transform):
         api = f"{self.name}.update"
         checks.needs_params(api, params)
         checks.same_tree(api, updates, params, "updates", "params")
-        h = {f: jnp.asarray(getattr(self, f), jnp.float32) for f in self.constants}
-        h.update(state.hyperparams)
-        floor, coefficient, eps = h["min_norm"], h["trust_coefficient"], h["eps"]
+        h = state.hyperparams
+
+        def get(f: str) -> jax.Array:
+            return jnp.asarray(getattr(self, f), jnp.float32) if f in self.constants else h[f]
+
+        floor, coefficient, eps = get("min_norm"), get("trust_coefficient"), get("eps")
 
         def leaf(u: jax.Array, p: jax.Array) -> jax.Array:
             u32 = _f32(u)

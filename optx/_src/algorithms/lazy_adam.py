@@ -10,23 +10,17 @@ from jax.typing import DTypeLike
 
 from optx._src import checks, sparse
 from optx._src import hyperparams as hp
-from optx._src.algorithms.adam import (
-    ScaleByAdamState,
-    adam_state_init,
-    dtype_options,
-    eps_placement_option,
-    first_moment_scalars,
-    unzip,
-)
+from optx._src.algorithms.adam import ScaleByAdamState, adam_state_init
 from optx._src.base import (
     Params,
     ScalarOrSchedule,
     Transform,
     Updates,
-    safe_increment,
     transform,
 )
 from optx._src.combine import Chain, chain
+from optx._src.moments import adam_scalars, second_moment_scalars, unzip
+from optx._src.options import dtype_options, eps_placement_option
 from optx._src.scaling import scale_by_learning_rate
 
 
@@ -35,14 +29,12 @@ class ScaleByLazyAdam(Transform):
     """See `scale_by_lazy_adam`."""
 
     name = "scale_by_lazy_adam"
-    hyperparams = ("b1", "b2", "eps", "eps_root")
-    decays = ("b1", "b2")
     row_sparse = True
     elementwise = True  # on dense leaves (and flat buffers), Adam's elementwise maths
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-8
-    eps_root: float = 0.0
+    b1: ScalarOrSchedule = hp.field(0.9, hp.UNIT_OPEN, decay=True)
+    b2: ScalarOrSchedule = hp.field(0.999, hp.UNIT_OPEN, decay=True)
+    eps: ScalarOrSchedule = hp.field(1e-8, hp.NONNEG)
+    eps_root: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
     mu_dtype: Any = None
     nu_dtype: Any = None
     eps_placement: str = "optax"
@@ -64,26 +56,17 @@ class ScaleByLazyAdam(Transform):
     ) -> tuple[Updates, ScaleByAdamState]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.mu, "updates", "the state")
-        h = state.hyperparams
-        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
-        b2, c2 = hp.value(h, "b2"), hp.one_minus(h, "b2")
-        eps, eps_root = h["eps"], h["eps_root"]
         # The global step count, touched rows or not (as TF's LazyAdam).
-        count = safe_increment(state.count)
-        bc2 = hp.bias_correction(h, "b2", count)
-        k_m, _ = first_moment_scalars(h, count, False)
-        if self.eps_placement == "keras":
-            k_m, k_v = k_m * jnp.sqrt(bc2), None
-        else:
-            k_v = 1 / bc2
+        s = adam_scalars(state.hyperparams, state.count)
+        k_m, _, k_v = second_moment_scalars(s, self.eps_placement, 1 / s.bias_correction("b1"))
 
         # `scale_by_adam`'s arithmetic, in the same order.
         def moments(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
-            return c1 * g + b1 * m, c2 * jnp.square(g) + b2 * v
+            return s.c1 * g + s.b1 * m, s.c2 * jnp.square(g) + s.b2 * v
 
         def step(new_m: jax.Array, new_v: jax.Array) -> jax.Array:
             v_hat = new_v if k_v is None else new_v * k_v
-            return new_m * k_m / (jnp.sqrt(v_hat + eps_root) + eps)
+            return new_m * k_m / (jnp.sqrt(v_hat + s.eps_root) + s.eps)
 
         def leaf(g: Any, m: jax.Array, v: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
             if not isinstance(g, sparse.RowSparse):
@@ -100,9 +83,8 @@ class ScaleByLazyAdam(Transform):
             return sparse.with_values(g, g.indices, u), m, v
 
         triples = jax.tree.map(leaf, updates, state.mu, state.nu, is_leaf=sparse.is_row_sparse)
-        like = jax.tree.map(lambda _: 0, updates, is_leaf=sparse.is_row_sparse)
-        u, mu, nu = unzip(triples, like, 3)
-        return u, ScaleByAdamState(count, mu, nu, h)
+        u, mu, nu = unzip(triples, updates, 3, is_leaf=sparse.is_row_sparse)
+        return u, ScaleByAdamState(s.count, mu, nu, s.hyperparams)
 
 
 def scale_by_lazy_adam(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -16,12 +16,13 @@ from optx._src.base import (
     ScalarOrSchedule,
     Transform,
     Updates,
-    safe_increment,
     transform,
     zero_count,
 )
 from optx._src.combine import Chain, MaskSpec, chain
-from optx._src.momentum import Ema, zeros_like
+from optx._src.moments import adam_scalars, unzip, zeros_like
+from optx._src.momentum import Ema
+from optx._src.options import dtype_options
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.tree import is_none
 from optx._src.weight_decay import add_decayed_weights
@@ -166,37 +167,25 @@ class ScaleByLion(Transform):
 
     name = "scale_by_lion"
     elementwise = True
-    hyperparams = ("b1", "b2", "smooth_beta")
-    decays = ("b1", "b2")
     # b1 interpolates between the momentum and the gradient: both ends are meaningful.
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {
-        "b1": hp.UNIT_CLOSED,
-        "smooth_beta": hp.POSITIVE,
-    }
-    b1: float = 0.9
-    b2: float = 0.99
+    b1: ScalarOrSchedule = hp.field(0.9, hp.UNIT_CLOSED, decay=True)
+    b2: ScalarOrSchedule = hp.field(0.99, hp.UNIT_OPEN, decay=True)
     mu_dtype: Any = None
     mode: str = "hard"
-    smooth_beta: float = 1.0
+    smooth_beta: ScalarOrSchedule = hp.field(1.0, hp.POSITIVE)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(
-            self, "mu_dtype", checks.dtype_option(self.name, "mu_dtype", self.mu_dtype)
-        )
+        dtype_options(self, "mu_dtype")
         if self.mode not in _LION_MODES:
             raise ValueError(
                 f"`{hp.current(self.name)}` needs mode to be one of 'hard', 'smooth', "
                 f"'refined'. Received: mode={self.mode!r}."
             )
 
-    def hyperparam_names(self) -> tuple[str, ...]:
-        """The names under which this transform's dynamic hyperparameters sit in its state."""
+    def unused_hyperparams(self) -> frozenset[str]:
         # smooth_beta only acts in "smooth" mode; elsewhere it is not kept.
-        return ("b1", "b2", "smooth_beta") if self.mode == "smooth" else ("b1", "b2")
-
-    def init_hyperparams(self) -> dict[str, jax.Array]:
-        return hp.initial({f: getattr(self, f) for f in self.hyperparam_names()}, self.decays)
+        return frozenset() if self.mode == "smooth" else frozenset({"smooth_beta"})
 
     def init(self, params: Params) -> ScaleByLionState:
         checks.float_params(f"{self.name}.init", params)
@@ -209,28 +198,23 @@ class ScaleByLion(Transform):
     ) -> tuple[Updates, ScaleByLionState]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.mu, "updates", "the state")
-        h = state.hyperparams
-        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
-        b2, c2 = hp.value(h, "b2"), hp.one_minus(h, "b2")
-        # Kept in the state only in "smooth" mode (`hyperparam_names`).
-        smooth_beta = h["smooth_beta"] if self.mode == "smooth" else 1.0
+        s = adam_scalars(state.hyperparams, state.count)
+        # Kept in the state only in "smooth" mode (`unused_hyperparams`).
+        smooth_beta = s.hyperparams["smooth_beta"] if self.mode == "smooth" else 1.0
 
         def leaf(g: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
-            c = c1 * g + b1 * m
+            c = s.c1 * g + s.b1 * m
             if self.mode == "hard":
                 u = jnp.sign(c)
             elif self.mode == "smooth":
                 u = jnp.tanh(smooth_beta * c)
             else:  # "refined": linear on [-1, 1], the sign beyond
                 u = jnp.clip(c, -1, 1)
-            new_m = c2 * g + b2 * m
+            new_m = s.c2 * g + s.b2 * m
             return u.astype(g.dtype), new_m.astype(m.dtype)
 
-        treedef = jax.tree.structure(updates)
-        pairs = treedef.flatten_up_to(jax.tree.map(leaf, updates, state.mu))
-        u = jax.tree.unflatten(treedef, [p[0] for p in pairs])
-        mu = jax.tree.unflatten(treedef, [p[1] for p in pairs])
-        return u, ScaleByLionState(safe_increment(state.count), mu, h)
+        u, mu = unzip(jax.tree.map(leaf, updates, state.mu), updates, 2)
+        return u, ScaleByLionState(s.count, mu, s.hyperparams)
 
 
 def scale_by_lion(

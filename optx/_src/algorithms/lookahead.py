@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from optx._src import checks
 from optx._src import hyperparams as hp
-from optx._src.algorithms.adam import flag_option, unzip
 from optx._src.base import (
     GradientTransformationLike,
     OptState,
     Params,
+    ScalarOrSchedule,
     Transform,
     Updates,
     transform,
     zero_count,
 )
 from optx._src.combine import accepts_extra, call_update
+from optx._src.moments import unzip
+from optx._src.options import flag_options
 
 
 class LookaheadState(NamedTuple):
@@ -49,11 +51,9 @@ class Lookahead(Transform):
 
     name = "lookahead"
     elementwise = True
-    hyperparams = ("slow_step_size",)
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"slow_step_size": hp.UNIT_CLOSED}
     fast_optimizer: GradientTransformationLike = None  # type: ignore[assignment]
     sync_period: int = 1
-    slow_step_size: float = 0.5
+    slow_step_size: ScalarOrSchedule = hp.field(0.5, hp.UNIT_CLOSED)
     reset_state: bool = False
 
     def __post_init__(self) -> None:
@@ -61,8 +61,7 @@ class Lookahead(Transform):
         period = checks.nonneg_int(self.name, "sync_period", self.sync_period, 1)
         object.__setattr__(self, "sync_period", period)
         super().__post_init__()
-        flag = flag_option(self.name, "reset_state", self.reset_state)
-        object.__setattr__(self, "reset_state", flag)
+        flag_options(self, "reset_state")
 
     def init(self, params: Params) -> LookaheadState:
         checks.float_params(f"{self.name}.init", params)

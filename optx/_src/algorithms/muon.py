@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +18,7 @@ from jax.typing import DTypeLike
 
 from optx._src import checks
 from optx._src import hyperparams as hp
-from optx._src.algorithms.adam import EPS_PLACEMENTS, adamw, dtype_options, flag_option
+from optx._src.algorithms.adam import adamw
 from optx._src.algorithms.newton_schulz import (
     NS_COEFFS_PRESETS,
     PRECONDITIONINGS,
@@ -37,7 +37,8 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import MaskSpec, Partition, chain, freeze_mask, partition, resolve_mask
-from optx._src.momentum import zeros_like
+from optx._src.moments import decay_pair, first_moment_scalars, unzip, zeros_like
+from optx._src.options import EPS_PLACEMENTS, dtype_options, flag_option, flag_options
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
 
@@ -93,13 +94,10 @@ class ScaleByMuon(Transform):
     """See `scale_by_muon`."""
 
     name = "scale_by_muon"
-    hyperparams = ("beta", "eps")
-    decays = ("beta",)
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"beta": hp.UNIT_OPEN}
     ns_coeffs: Any = NS_COEFFS_PRESETS["standard"]
     ns_steps: int = 5
-    beta: float = 0.95
-    eps: float = 1e-8
+    beta: ScalarOrSchedule = hp.field(0.95, hp.UNIT_OPEN, decay=True)
+    eps: ScalarOrSchedule = hp.field(1e-8, hp.NONNEG)
     mu_dtype: Any = None
     nesterov: bool = True
     adaptive: bool = False
@@ -113,8 +111,7 @@ class ScaleByMuon(Transform):
         coeffs = ns_coeffs_option(self.name, self.ns_coeffs, steps)
         object.__setattr__(self, "ns_coeffs", coeffs)
         dtype_options(self, "mu_dtype")
-        for flag in ("nesterov", "adaptive"):
-            object.__setattr__(self, flag, flag_option(self.name, flag, getattr(self, flag)))
+        flag_options(self, "nesterov", "adaptive")
         option(self.name, "preconditioning", self.preconditioning, PRECONDITIONINGS)
         option(self.name, "momentum_convention", self.momentum_convention, MOMENTUM_CONVENTIONS)
 
@@ -132,14 +129,10 @@ class ScaleByMuon(Transform):
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.mu, "updates", "the state")
         h = state.hyperparams
-        beta, c = hp.value(h, "beta"), hp.one_minus(h, "beta")
+        beta, c = decay_pair(h, "beta")
         count = safe_increment(state.count)
         # The bias corrections, scalars once per step (unused by the Keras convention).
-        if self.nesterov:
-            k_m = beta / hp.bias_correction(h, "beta", safe_increment(count))
-            scalars = (c, k_m, c / hp.bias_correction(h, "beta", count))
-        else:
-            scalars = (c, 1 / hp.bias_correction(h, "beta", count), None)
+        scalars = (c, *first_moment_scalars(h, count, self.nesterov, "beta"))
         keras = self.momentum_convention == "keras"
 
         def leaf(g: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -157,11 +150,7 @@ class ScaleByMuon(Transform):
                 adaptive=self.adaptive,
             )
 
-        pairs = jax.tree.map(leaf, updates, state.mu)
-        treedef = jax.tree.structure(updates)
-        flat = treedef.flatten_up_to(pairs)
-        out = jax.tree.unflatten(treedef, [p[0] for p in flat])
-        mu = jax.tree.unflatten(treedef, [p[1] for p in flat])
+        out, mu = unzip(jax.tree.map(leaf, updates, state.mu), updates, 2)
         return out, MuonState(count, mu, state.ns_coeffs, h)
 
 
@@ -262,20 +251,8 @@ class ScaleByShape(Transform):
     """See `scale_by_shape`."""
 
     name = "scale_by_shape"
-    hyperparams = ("consistent_rms",)
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"consistent_rms": hp.NONNEG}
     # ``None``: the width rule, nothing to store.
-    consistent_rms: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.consistent_rms is not None:
-            super().__post_init__()
-
-    def hyperparam_names(self) -> tuple[str, ...]:
-        return () if self.consistent_rms is None else ("consistent_rms",)
-
-    def init_hyperparams(self) -> dict[str, jax.Array]:
-        return hp.initial({f: getattr(self, f) for f in self.hyperparam_names()}, ())
+    consistent_rms: ScalarOrSchedule | None = hp.field(None, hp.NONNEG, optional=True)
 
     def init(self, params: Params) -> ScaleByShapeState:
         matrices_only(f"{self.name}.init", params)

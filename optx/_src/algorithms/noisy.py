@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -78,10 +78,8 @@ class AddNoise(Transform):
     """See `add_noise`."""
 
     name = "add_noise"
-    hyperparams = ("eta", "gamma")
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"eta": hp.NONNEG, "gamma": hp.NONNEG}
-    eta: float = 0.01
-    gamma: float = 0.55
+    eta: ScalarOrSchedule = hp.field(0.01, hp.NONNEG)
+    gamma: ScalarOrSchedule = hp.field(0.55, hp.NONNEG)
     key: KeySpec = 0
 
     def _impl(self) -> str | None:

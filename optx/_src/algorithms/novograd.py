@@ -16,12 +16,12 @@ from optx._src.base import (
     ScalarOrSchedule,
     Transform,
     Updates,
-    safe_increment,
     transform,
     zero_count,
 )
 from optx._src.combine import Chain, chain
-from optx._src.momentum import zeros_like
+from optx._src.moments import adam_scalars, unzip, zeros_like
+from optx._src.options import dtype_options
 from optx._src.scaling import scale_by_learning_rate
 
 
@@ -39,21 +39,17 @@ class ScaleByNovograd(Transform):
     """See `scale_by_novograd`."""
 
     name = "scale_by_novograd"
-    hyperparams = ("b1", "b2", "eps", "eps_root", "weight_decay")
-    decays = ("b1", "b2")
-    b1: float = 0.9
-    b2: float = 0.25
-    eps: float = 1e-8
-    eps_root: float = 0.0
-    weight_decay: float = 0.0
+    b1: ScalarOrSchedule = hp.field(0.9, hp.UNIT_OPEN, decay=True)
+    b2: ScalarOrSchedule = hp.field(0.25, hp.UNIT_OPEN, decay=True)
+    eps: ScalarOrSchedule = hp.field(1e-8, hp.NONNEG)
+    eps_root: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
+    weight_decay: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
     mu_dtype: Any = None
     nu_dtype: Any = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for field in ("mu_dtype", "nu_dtype"):
-            dtype = checks.dtype_option(self.name, field, getattr(self, field))
-            object.__setattr__(self, field, dtype)
+        dtype_options(self, "mu_dtype", "nu_dtype")
 
     def init(self, params: Params) -> ScaleByNovogradState:
         checks.float_params(f"{self.name}.init", params)
@@ -74,25 +70,21 @@ class ScaleByNovograd(Transform):
         checks.same_tree(api, updates, state.mu, "updates", "the state")
         checks.needs_params(api, params)
         checks.same_tree(api, updates, params, "updates", "params")
-        h = state.hyperparams
-        b1, b2, c2 = hp.value(h, "b1"), hp.value(h, "b2"), hp.one_minus(h, "b2")
-        eps, eps_root, wd = h["eps"], h["eps_root"], h["weight_decay"]
-        count = safe_increment(state.count)
-        first = count == 1
+        s = adam_scalars(state.hyperparams, state.count)
+        wd = s.hyperparams["weight_decay"]
+        first = s.count == 1
 
         def leaf(g: jax.Array, m: jax.Array, n: jax.Array, p: jax.Array) -> tuple[jax.Array, ...]:
             g32 = _f32(g)
             sq = jnp.sum(jnp.square(g32))
             # The first step starts both moments from the first gradient, not from zero.
-            new_n = jnp.where(first, sq, b2 * n + c2 * sq).astype(n.dtype)
-            step = g32 / (jnp.sqrt(new_n.astype(g32.dtype) + eps_root) + eps) + wd * p
-            new_m = jnp.where(first, step, b1 * m + step).astype(m.dtype)
+            new_n = jnp.where(first, sq, s.b2 * n + s.c2 * sq).astype(n.dtype)
+            step = g32 / (jnp.sqrt(new_n.astype(g32.dtype) + s.eps_root) + s.eps) + wd * p
+            new_m = jnp.where(first, step, s.b1 * m + step).astype(m.dtype)
             return new_m.astype(g.dtype), new_m, new_n
 
-        treedef = jax.tree.structure(updates)
-        triples = treedef.flatten_up_to(jax.tree.map(leaf, updates, state.mu, state.nu, params))
-        u, mu, nu = (jax.tree.unflatten(treedef, [t[i] for t in triples]) for i in range(3))
-        return u, ScaleByNovogradState(count, mu, nu, h)
+        u, mu, nu = unzip(jax.tree.map(leaf, updates, state.mu, state.nu, params), updates, 3)
+        return u, ScaleByNovogradState(s.count, mu, nu, s.hyperparams)
 
 
 def scale_by_novograd(

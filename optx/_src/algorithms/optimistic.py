@@ -17,7 +17,7 @@ from optx._src import hyperparams as hp
 from optx._src.algorithms.adam import scale_by_adam
 from optx._src.base import Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.combine import Chain, chain
-from optx._src.momentum import zeros_like
+from optx._src.moments import zeros_like
 from optx._src.scaling import scale_by_learning_rate
 
 
@@ -38,9 +38,8 @@ class ScaleByOptimisticGradient(Transform):
 
     name = "scale_by_optimistic_gradient"
     elementwise = True
-    hyperparams = ("alpha", "beta")
-    alpha: float = 1.0
-    beta: float = 1.0
+    alpha: ScalarOrSchedule = hp.field(1.0)
+    beta: ScalarOrSchedule = hp.field(1.0)
 
     def init(self, params: Params) -> ScaleByOptimisticGradientState:
         checks.float_params(f"{self.name}.init", params)
@@ -267,7 +266,7 @@ def optimistic_adam(
                 f"`optimistic_adam` needs learning_rate to be a number; use "
                 f"`optimistic_adam_v2` for a schedule. Received: learning_rate={learning_rate!r}."
             )
-        learning_rate = hp.validate("optimistic_adam", "learning_rate", learning_rate)
+        learning_rate = hp.validate("optimistic_adam", "learning_rate", learning_rate, hp.NONNEG)
         if optimism is None:
             optimism = learning_rate
         optimism = hp.validate("optimistic_adam", "optimism", optimism)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -31,11 +31,9 @@ class ScaleByPolyak(Transform):
 
     name = "scale_by_polyak"
     elementwise = True
-    hyperparams = ("f_min", "max_learning_rate", "eps")
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"max_learning_rate": hp.NONNEG}
-    f_min: float = 0.0
-    max_learning_rate: float = 1.0
-    eps: float = 0.0
+    f_min: ScalarOrSchedule = hp.field(0.0)
+    max_learning_rate: ScalarOrSchedule = hp.field(1.0, hp.NONNEG)
+    eps: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
     variant: str = "sps"
 
     def __post_init__(self) -> None:

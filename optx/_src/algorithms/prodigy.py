@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from optx._src import checks
 from optx._src import hyperparams as hp
-from optx._src.algorithms.adam import flag_option, unzip
 from optx._src.base import (
     Params,
     ScalarOrSchedule,
     Transform,
     Updates,
-    safe_increment,
     transform,
     zero_count,
 )
 from optx._src.combine import Chain, chain
+from optx._src.moments import adam_scalars, unzip
+from optx._src.options import flag_options
 
 
 class ProdigyState(NamedTuple):
@@ -61,50 +61,20 @@ class ScaleByProdigy(Transform):
 
     name = "scale_by_prodigy"
     elementwise = True
-    hyperparams = (
-        "learning_rate",
-        "b1",
-        "b2",
-        "beta3",
-        "eps",
-        "estim_lr0",
-        "estim_lr_coef",
-        "weight_decay",
-    )
-    decays = ("b1", "b2", "beta3")
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {
-        "beta3": hp.UNIT_OPEN,
-        "estim_lr0": hp.POSITIVE,
-        "estim_lr_coef": hp.NONNEG,
-    }
-    learning_rate: ScalarOrSchedule = 1.0
-    b1: float = 0.9
-    b2: float = 0.999
+    learning_rate: ScalarOrSchedule = hp.field(1.0, hp.NONNEG)
+    b1: ScalarOrSchedule = hp.field(0.9, hp.UNIT_OPEN, decay=True)
+    b2: ScalarOrSchedule = hp.field(0.999, hp.UNIT_OPEN, decay=True)
     # ``None``: sqrt(b2), read from the stored b2 at every step.
-    beta3: float | None = None
-    eps: float = 1e-8
-    estim_lr0: float = 1e-6
-    estim_lr_coef: float = 1.0
-    weight_decay: float = 0.0
+    beta3: ScalarOrSchedule | None = hp.field(None, hp.UNIT_OPEN, decay=True, optional=True)
+    eps: ScalarOrSchedule = hp.field(1e-8, hp.NONNEG)
+    estim_lr0: ScalarOrSchedule = hp.field(1e-6, hp.POSITIVE)
+    estim_lr_coef: ScalarOrSchedule = hp.field(1.0, hp.NONNEG)
+    weight_decay: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
     safeguard_warmup: bool = False
 
     def __post_init__(self) -> None:
-        for field in self.hyperparam_names():
-            value = hp.validate(self.name, field, getattr(self, field), self.ranges.get(field))
-            object.__setattr__(self, field, value)
-        flag = flag_option(self.name, "safeguard_warmup", self.safeguard_warmup)
-        object.__setattr__(self, "safeguard_warmup", flag)
-
-    def hyperparam_names(self) -> tuple[str, ...]:
-        # Only beta3 may be None (sqrt(b2)); any other None is checked, and refused.
-        return tuple(
-            f
-            for f in self.hyperparams
-            if not callable(getattr(self, f)) and not (f == "beta3" and self.beta3 is None)
-        )
-
-    def init_hyperparams(self) -> dict[str, jax.Array]:
-        return hp.initial({f: getattr(self, f) for f in self.hyperparam_names()}, self.decays)
+        super().__post_init__()
+        flag_options(self, "safeguard_warmup")
 
     def __repr__(self) -> str:
         # Shown as the factory takes them: one ``betas`` pair.
@@ -120,7 +90,7 @@ class ScaleByProdigy(Transform):
             zeros,
             zeros,
             jax.tree.map(jnp.asarray, params),
-            jnp.asarray(self.estim_lr0, jnp.float32),
+            jnp.asarray(self.initial("estim_lr0"), jnp.float32),
             jnp.zeros([], jnp.float32),
             self.init_hyperparams(),
         )
@@ -134,15 +104,14 @@ class ScaleByProdigy(Transform):
         checks.same_tree(api, updates, state.exp_avg, "updates", "the state")
         checks.same_tree(api, params, state.exp_avg, "params", "the state")
         h = state.hyperparams
-        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
-        b2, c2 = hp.value(h, "b2"), hp.one_minus(h, "b2")
+        s = adam_scalars(h, state.count)
+        b1, c1, b2, c2 = s.b1, s.c1, s.b2, s.c2
         b3 = jnp.sqrt(b2) if self.beta3 is None else hp.value(h, "beta3")
-        eps, d0, wd = h["eps"], h["estim_lr0"], h["weight_decay"]
-        lr = hp.scheduled(self.learning_rate, h, "learning_rate", state.count)
+        eps, d0, wd = s.eps, h["estim_lr0"], h["weight_decay"]
+        lr = h["learning_rate"]
         d = state.estim_lr
-        count = safe_increment(state.count)
         # Adam's bias corrections, folded into the step size as in Keras's Adam.
-        bc = jnp.sqrt(hp.bias_correction(h, "b2", count)) / hp.bias_correction(h, "b1", count)
+        bc = jnp.sqrt(s.bias_correction("b2")) / s.bias_correction("b1")
         dlr = d * lr * bc
         # <g, x0 - x>: one reduction over every leaf (accumulated in float32).
         numerator = _total(
@@ -179,7 +148,7 @@ class ScaleByProdigy(Transform):
 
         out = jax.tree.map(step, exp_avg, exp_avg_sq, params, updates)
         return out, ProdigyState(
-            count, exp_avg, exp_avg_sq, grad_sum, state.params0, new_d, weighted, h
+            s.count, exp_avg, exp_avg_sq, grad_sum, state.params0, new_d, weighted, h
         )
 
 

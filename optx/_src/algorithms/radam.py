@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -10,23 +10,17 @@ from jax.typing import DTypeLike
 
 from optx._src import checks
 from optx._src import hyperparams as hp
-from optx._src.algorithms.adam import (
-    ScaleByAdamState,
-    adam_state_init,
-    dtype_options,
-    first_moment_scalars,
-    flag_option,
-    unzip,
-)
+from optx._src.algorithms.adam import ScaleByAdamState, adam_state_init
 from optx._src.base import (
     Params,
     ScalarOrSchedule,
     Transform,
     Updates,
-    safe_increment,
     transform,
 )
 from optx._src.combine import Chain, chain
+from optx._src.moments import adam_scalars, first_moment_scalars, unzip
+from optx._src.options import dtype_options, flag_options
 from optx._src.scaling import scale_by_learning_rate
 
 # 2/c - 1 - 2/L(c), L(c) = -log(1 - c), is 2 * sum_{n>=2} G_n c^(n-1) with Gregory's
@@ -51,8 +45,8 @@ def sma_length(c: jax.Array, count: jax.Array) -> tuple[jax.Array, jax.Array]:
     # Capped: x/expm1(x) underflows to 0 well before x = 100 (and inf/inf would be NaN).
     x = jnp.minimum(count.astype(c.dtype) * log_b, 100.0)
     taylor = x / 2 - x**2 / 12 + x**4 / 720 - x**6 / 30240 + x**8 / 1209600
-    one_minus_f = jnp.where(x < 1, taylor, 1 - x / jnp.expm1(x))
-    return a + 2 / log_b * one_minus_f, rho_inf
+    f_complement = jnp.where(x < 1, taylor, 1 - x / jnp.expm1(x))
+    return a + 2 / log_b * f_complement, rho_inf
 
 
 @transform
@@ -61,24 +55,19 @@ class ScaleByRadam(Transform):
 
     name = "scale_by_radam"
     elementwise = True
-    hyperparams = ("b1", "b2", "eps", "eps_root", "threshold")
-    decays = ("b1", "b2")
     # The rectifier is real for rho_t >= 4 (and rho_t < 2, which a threshold cannot select).
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {
-        "threshold": ("finite and >= 4", lambda v: v >= 4)
-    }
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-8
-    eps_root: float = 0.0
-    threshold: float = 5.0
+    b1: ScalarOrSchedule = hp.field(0.9, hp.UNIT_OPEN, decay=True)
+    b2: ScalarOrSchedule = hp.field(0.999, hp.UNIT_OPEN, decay=True)
+    eps: ScalarOrSchedule = hp.field(1e-8, hp.NONNEG)
+    eps_root: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
+    threshold: ScalarOrSchedule = hp.field(5.0, hp.Range("finite and >= 4", lambda v: v >= 4))
     nesterov: bool = False
     mu_dtype: Any = None
     nu_dtype: Any = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "nesterov", flag_option(self.name, "nesterov", self.nesterov))
+        flag_options(self, "nesterov")
         dtype_options(self, "mu_dtype", "nu_dtype")
 
     init = adam_state_init
@@ -89,30 +78,27 @@ class ScaleByRadam(Transform):
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.mu, "updates", "the state")
         h = state.hyperparams
-        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
-        b2, c2 = hp.value(h, "b2"), hp.one_minus(h, "b2")
-        eps, eps_root = h["eps"], h["eps_root"]
-        count = safe_increment(state.count)
-        k_m, k_g = first_moment_scalars(h, count, self.nesterov)
-        k_v = 1 / hp.bias_correction(h, "b2", count)
-        rho, rho_inf = sma_length(c2, count)
+        s = adam_scalars(h, state.count)
+        k_m, k_g = first_moment_scalars(h, s.count, self.nesterov)
+        k_v = 1 / s.bias_correction("b2")
+        rho, rho_inf = sma_length(s.c2, s.count)
         rectify = rho >= h["threshold"]
         r = jnp.sqrt((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho))
         # One expression for both cases: u = r m_hat / (sqrt(v_hat) + eps) when rectified,
         # else u = m_hat / (0 * sqrt(v_hat) + 1); the scalars pick the case once per step.
         scale = jnp.where(rectify, r, 1.0)
         on = rectify.astype(jnp.float32)
-        off = jnp.where(rectify, eps, 1.0)
+        off = jnp.where(rectify, s.eps, 1.0)
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
-            new_m = c1 * g + b1 * m
-            new_v = c2 * jnp.square(g) + b2 * v
+            new_m = s.c1 * g + s.b1 * m
+            new_v = s.c2 * jnp.square(g) + s.b2 * v
             m_hat = new_m * k_m if k_g is None else new_m * k_m + g * k_g
-            u = scale * m_hat / (jnp.sqrt(new_v * k_v + eps_root) * on + off)
+            u = scale * m_hat / (jnp.sqrt(new_v * k_v + s.eps_root) * on + off)
             return u.astype(g.dtype), new_m.astype(m.dtype), new_v.astype(v.dtype)
 
         u, mu, nu = unzip(jax.tree.map(leaf, updates, state.mu, state.nu), updates, 3)
-        return u, ScaleByAdamState(count, mu, nu, h)
+        return u, ScaleByAdamState(s.count, mu, nu, h)
 
 
 def scale_by_radam(

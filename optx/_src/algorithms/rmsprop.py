@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +21,9 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, chain
+from optx._src.moments import decay_pair, unzip
 from optx._src.momentum import Trace
+from optx._src.options import dtype_options
 from optx._src.scaling import scale_by_learning_rate
 
 
@@ -39,10 +41,12 @@ def normalise(g: jax.Array, square: jax.Array, eps: jax.Array, eps_in_sqrt: bool
     return g / (jnp.sqrt(square) + eps)
 
 
-def _unzip(tuples: Any, like: Any, n: int) -> tuple[Any, ...]:
-    treedef = jax.tree.structure(like)
-    flat = treedef.flatten_up_to(tuples)
-    return tuple(jax.tree.unflatten(treedef, [t[i] for t in flat]) for i in range(n))
+def _scalars(tx: Any, state: Any) -> tuple[Any, ...]:
+    """``(decay, 1 - decay, eps, count, 1 - decay^count or None)``, once per step."""
+    h = state.hyperparams
+    count = safe_increment(state.count)
+    bc = hp.bias_correction(h, "decay", count) if tx.bias_correction else None
+    return (*decay_pair(h, "decay"), h["eps"], count, bc)
 
 
 class ScaleByRmsState(NamedTuple):
@@ -59,29 +63,22 @@ class ScaleByRms(Transform):
 
     name = "scale_by_rms"
     elementwise = True
-    hyperparams = ("decay", "eps", "initial_scale")
-    decays = ("decay",)
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {
-        "decay": hp.UNIT_OPEN,
-        "initial_scale": hp.NONNEG,
-    }
-    decay: float = 0.9
-    eps: float = 1e-8
-    initial_scale: float = 0.0
+    decay: ScalarOrSchedule = hp.field(0.9, hp.UNIT_OPEN, decay=True)
+    eps: ScalarOrSchedule = hp.field(1e-8, hp.NONNEG)
+    initial_scale: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
     eps_in_sqrt: bool = True
     bias_correction: bool = False
     nu_dtype: Any = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        dtype = checks.dtype_option(self.name, "nu_dtype", self.nu_dtype)
-        object.__setattr__(self, "nu_dtype", dtype)
+        dtype_options(self, "nu_dtype")
 
     def init(self, params: Params) -> ScaleByRmsState:
         checks.float_params(f"{self.name}.init", params)
         return ScaleByRmsState(
             zero_count(),
-            full_like(params, self.initial_scale, self.nu_dtype),
+            full_like(params, self.initial("initial_scale"), self.nu_dtype),
             self.init_hyperparams(),
         )
 
@@ -90,10 +87,7 @@ class ScaleByRms(Transform):
     ) -> tuple[Updates, ScaleByRmsState]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.nu, "updates", "the state")
-        h = state.hyperparams
-        d, c, eps = hp.value(h, "decay"), hp.one_minus(h, "decay"), h["eps"]
-        count = safe_increment(state.count)
-        bc = hp.bias_correction(h, "decay", count) if self.bias_correction else None
+        d, c, eps, count, bc = _scalars(self, state)
 
         def leaf(g: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
             new_v = c * jnp.square(g) + d * v
@@ -101,8 +95,8 @@ class ScaleByRms(Transform):
             u = normalise(g, v_hat, eps, self.eps_in_sqrt)
             return u.astype(g.dtype), new_v.astype(v.dtype)
 
-        u, nu = _unzip(jax.tree.map(leaf, updates, state.nu), updates, 2)
-        return u, ScaleByRmsState(count, nu, h)
+        u, nu = unzip(jax.tree.map(leaf, updates, state.nu), updates, 2)
+        return u, ScaleByRmsState(count, nu, state.hyperparams)
 
 
 def scale_by_rms(
@@ -171,15 +165,9 @@ class ScaleByStddev(Transform):
 
     name = "scale_by_stddev"
     elementwise = True
-    hyperparams = ("decay", "eps", "initial_scale")
-    decays = ("decay",)
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {
-        "decay": hp.UNIT_OPEN,
-        "initial_scale": hp.NONNEG,
-    }
-    decay: float = 0.9
-    eps: float = 1e-8
-    initial_scale: float = 0.0
+    decay: ScalarOrSchedule = hp.field(0.9, hp.UNIT_OPEN, decay=True)
+    eps: ScalarOrSchedule = hp.field(1e-8, hp.NONNEG)
+    initial_scale: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
     eps_in_sqrt: bool = True
     bias_correction: bool = False
     mu_dtype: Any = None
@@ -187,16 +175,14 @@ class ScaleByStddev(Transform):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for field in ("mu_dtype", "nu_dtype"):
-            dtype = checks.dtype_option(self.name, field, getattr(self, field))
-            object.__setattr__(self, field, dtype)
+        dtype_options(self, "mu_dtype", "nu_dtype")
 
     def init(self, params: Params) -> ScaleByRStdDevState:
         checks.float_params(f"{self.name}.init", params)
         return ScaleByRStdDevState(
             zero_count(),
             full_like(params, 0.0, self.mu_dtype),
-            full_like(params, self.initial_scale, self.nu_dtype),
+            full_like(params, self.initial("initial_scale"), self.nu_dtype),
             self.init_hyperparams(),
         )
 
@@ -209,10 +195,7 @@ class ScaleByStddev(Transform):
     ) -> tuple[Updates, ScaleByRStdDevState]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.nu, "updates", "the state")
-        h = state.hyperparams
-        d, c, eps = hp.value(h, "decay"), hp.one_minus(h, "decay"), h["eps"]
-        count = safe_increment(state.count)
-        bc = hp.bias_correction(h, "decay", count) if self.bias_correction else None
+        d, c, eps, count, bc = _scalars(self, state)
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
             new_m = c * g + d * m
@@ -221,8 +204,8 @@ class ScaleByStddev(Transform):
             u = normalise(g, v_hat - jnp.square(m_hat), eps, self.eps_in_sqrt)
             return u.astype(g.dtype), new_m.astype(m.dtype), new_v.astype(v.dtype)
 
-        u, mu, nu = _unzip(jax.tree.map(leaf, updates, state.mu, state.nu), updates, 3)
-        return u, ScaleByRStdDevState(count, mu, nu, h)
+        u, mu, nu = unzip(jax.tree.map(leaf, updates, state.mu, state.nu), updates, 3)
+        return u, ScaleByRStdDevState(count, mu, nu, state.hyperparams)
 
 
 def scale_by_stddev(

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from optx._src import checks
 from optx._src import hyperparams as hp
-from optx._src.base import Params, Transform, Updates, transform
+from optx._src.base import Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.combine import Chain, chain
+from optx._src.moments import unzip
 from optx._src.scaling import scale
 
-_AT_LEAST_ONE = ("finite and >= 1", lambda v: v >= 1)
+_AT_LEAST_ONE = hp.Range("finite and >= 1", lambda v: v >= 1)
 
 
 class ScaleByRpropState(NamedTuple):
@@ -30,22 +31,16 @@ class ScaleByRprop(Transform):
 
     name = "scale_by_rprop"
     elementwise = True
-    hyperparams = ("learning_rate", "eta_minus", "eta_plus", "min_step_size", "max_step_size")
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {
-        "eta_minus": hp.UNIT_CLOSED,
-        "eta_plus": _AT_LEAST_ONE,
-        "min_step_size": hp.NONNEG,
-        "max_step_size": hp.POSITIVE,
-    }
-    learning_rate: float = 1e-3
-    eta_minus: float = 0.5
-    eta_plus: float = 1.2
-    min_step_size: float = 1e-6
-    max_step_size: float = 50.0
+    learning_rate: ScalarOrSchedule = hp.field(1e-3, hp.NONNEG)
+    eta_minus: ScalarOrSchedule = hp.field(0.5, hp.UNIT_CLOSED)
+    eta_plus: ScalarOrSchedule = hp.field(1.2, _AT_LEAST_ONE)
+    min_step_size: ScalarOrSchedule = hp.field(1e-6, hp.NONNEG)
+    max_step_size: ScalarOrSchedule = hp.field(50.0, hp.POSITIVE)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.min_step_size > self.max_step_size:
+        low, high = self.min_step_size, self.max_step_size
+        if not (callable(low) or callable(high)) and low > high:
             raise ValueError(
                 f"`{hp.current(self.name)}` needs min_step_size <= max_step_size. "
                 f"Received: min_step_size={self.min_step_size!r}, "
@@ -55,7 +50,9 @@ class ScaleByRprop(Transform):
     def init(self, params: Params) -> ScaleByRpropState:
         checks.float_params(f"{self.name}.init", params)
         return ScaleByRpropState(
-            jax.tree.map(lambda p: jnp.full(jnp.shape(p), self.learning_rate, p.dtype), params),
+            jax.tree.map(
+                lambda p: jnp.full(jnp.shape(p), self.initial("learning_rate"), p.dtype), params
+            ),
             jax.tree.map(jnp.zeros_like, params),
             self.init_hyperparams(),
         )
@@ -83,11 +80,8 @@ class ScaleByRprop(Transform):
             u = jnp.where(agree < 0, 0, new_step * jnp.sign(g))
             return u.astype(g.dtype), new_step.astype(step.dtype), u.astype(prev.dtype)
 
-        treedef = jax.tree.structure(updates)
-        triples = treedef.flatten_up_to(
-            jax.tree.map(leaf, updates, state.step_sizes, state.prev_updates)
-        )
-        u, steps, prev = (jax.tree.unflatten(treedef, [t[i] for t in triples]) for i in range(3))
+        triples = jax.tree.map(leaf, updates, state.step_sizes, state.prev_updates)
+        u, steps, prev = unzip(triples, updates, 3)
         return u, ScaleByRpropState(steps, prev, h)
 
 

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +13,6 @@ from jax.typing import DTypeLike
 
 from optx._src import checks
 from optx._src import hyperparams as hp
-from optx._src.algorithms.adam import flag_option, unzip
 from optx._src.algorithms.rmsprop import scale_by_rms
 from optx._src.base import (
     GradientTransformationLike,
@@ -29,12 +28,14 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import accepts_extra, call_update, chain
+from optx._src.moments import decay_pair, unzip
+from optx._src.options import dtype_options, flag_options
 from optx._src.schedules.join import warmup_constant_schedule
 from optx._src.weight_decay import add_decayed_weights
 
 CONVENTIONS = ("optax", "keras")
 # b1 divides when x is recovered from y and z: 0 is out, 1 (plain averaging) is fine.
-UNIT_LEFT_OPEN = ("in (0, 1]", lambda v: 0 < v <= 1)
+UNIT_LEFT_OPEN = hp.Range("in (0, 1]", lambda v: 0 < v <= 1)
 
 
 class ScheduleFreeState(NamedTuple):
@@ -73,16 +74,10 @@ class ScheduleFree(Transform):
 
     name = "schedule_free"
     elementwise = True
-    hyperparams = ("learning_rate", "b1", "weight_lr_power")
-    decays = ("b1",)
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {
-        "b1": UNIT_LEFT_OPEN,
-        "weight_lr_power": hp.NONNEG,
-    }
     base_optimizer: GradientTransformationLike = None  # type: ignore[assignment]
-    learning_rate: ScalarOrSchedule = 1e-3
-    b1: float = 0.9
-    weight_lr_power: float = 2.0
+    learning_rate: ScalarOrSchedule = hp.field(1e-3, hp.NONNEG)
+    b1: ScalarOrSchedule = hp.field(0.9, UNIT_LEFT_OPEN, decay=True)
+    weight_lr_power: ScalarOrSchedule = hp.field(2.0, hp.NONNEG)
     state_dtype: Any = None
     apply_learning_rate: bool = False
     schedule_convention: str = "optax"
@@ -90,21 +85,16 @@ class ScheduleFree(Transform):
     def __post_init__(self) -> None:
         checks.transform(self.name, "base_optimizer", self.base_optimizer)
         super().__post_init__()
-        dtype = checks.dtype_option(self.name, "state_dtype", self.state_dtype)
-        object.__setattr__(self, "state_dtype", dtype)
-        flag = flag_option(self.name, "apply_learning_rate", self.apply_learning_rate)
-        object.__setattr__(self, "apply_learning_rate", flag)
+        dtype_options(self, "state_dtype")
+        flag_options(self, "apply_learning_rate")
         _convention_option(self.name, self.schedule_convention)
-        if self.schedule_convention == "keras" and not flag:
+        if self.schedule_convention == "keras" and not self.apply_learning_rate:
             raise ValueError(
                 f"`{hp.current(self.name)}` needs apply_learning_rate=True to use "
                 f"schedule_convention='keras' (the base optimizer applies its own learning "
                 f"rate otherwise). Received: schedule_convention='keras', "
                 f"apply_learning_rate=False."
             )
-
-    def _lr(self, h: dict[str, jax.Array], count: jax.Array) -> jax.Array:
-        return hp.scheduled(self.learning_rate, h, "learning_rate", count)
 
     def init(self, params: Params) -> ScheduleFreeState:
         checks.float_params(f"{self.name}.init", params)
@@ -127,10 +117,10 @@ class ScheduleFree(Transform):
         checks.same_tree(api, updates, state.z, "updates", "the state")
         checks.same_tree(api, params, state.z, "params", "the state")
         h = state.hyperparams
-        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
+        b1, c1 = decay_pair(h, "b1")
         count = safe_increment(state.count)
         # The averaging weight of step t is max_{s <= t} lr_s ** weight_lr_power.
-        lr = self._lr(h, count)
+        lr = h.at(self, "learning_rate", count)
         max_lr = jnp.maximum(state.max_lr, lr)
         weight = max_lr ** h["weight_lr_power"]
         weight_sum = state.weight_sum + weight
@@ -150,7 +140,7 @@ class ScheduleFree(Transform):
             # optax's inner `scale_by_learning_rate` counts from 0: it reads the schedule
             # one step behind the averaging weight; Keras reads both at t.
             lagged = self.schedule_convention == "optax" and callable(self.learning_rate)
-            step_lr = self._lr(h, state.count) if lagged else lr
+            step_lr = h["learning_rate"] if lagged else lr
 
         # y_t - y_{t-1} = b1 ck (z_t - x_{t-1}) + (1 - b1)(z_t - z_{t-1}), with
         # z_t - z_{t-1} the step and x_{t-1} - z_{t-1} = (y_{t-1} - z_{t-1}) / b1. Unlike
@@ -267,7 +257,7 @@ def _warmup(api: str, learning_rate: ScalarOrSchedule, warmup_steps: Any) -> Sca
             f"Received: learning_rate={learning_rate!r}, warmup_steps={warmup_steps!r}."
         )
     # Validates learning_rate (names the caller) before the schedule does.
-    peak = hp.validate(api, "learning_rate", learning_rate)
+    peak = hp.validate(api, "learning_rate", learning_rate, hp.NONNEG)
     return warmup_constant_schedule(0.0, peak, steps)
 
 

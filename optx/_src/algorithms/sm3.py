@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +12,7 @@ from optx._src import checks
 from optx._src import hyperparams as hp
 from optx._src.base import Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.combine import Chain, chain
-from optx._src.momentum import zeros_like
+from optx._src.moments import adam_scalars, unzip, zeros_like
 from optx._src.scaling import scale_by_learning_rate
 
 
@@ -48,13 +48,10 @@ class ScaleBySM3(Transform):
     """See `scale_by_sm3`."""
 
     name = "scale_by_sm3"
-    hyperparams = ("b1", "b2", "eps")
-    decays = ("b1", "b2")
     # b2 = 1 (the default) sums the squared gradients, as Adagrad does.
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {"b2": hp.UNIT_CLOSED}
-    b1: float = 0.9
-    b2: float = 1.0
-    eps: float = 1e-8
+    b1: ScalarOrSchedule = hp.field(0.9, hp.UNIT_OPEN, decay=True)
+    b2: ScalarOrSchedule = hp.field(1.0, hp.UNIT_CLOSED, decay=True)
+    eps: ScalarOrSchedule = hp.field(1e-8, hp.NONNEG)
 
     def init(self, params: Params) -> ScaleBySM3State:
         checks.float_params(f"{self.name}.init", params)
@@ -67,12 +64,10 @@ class ScaleBySM3(Transform):
     ) -> tuple[Updates, ScaleBySM3State]:
         del params, extra
         checks.same_tree(f"{self.name}.update", updates, state.nu, "updates", "the state")
-        h = state.hyperparams
-        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
-        b2, c2 = hp.value(h, "b2"), hp.one_minus(h, "b2")
+        s = adam_scalars(state.hyperparams, None)  # SM3 counts no steps
+        b1, c1, b2, eps = s.b1, s.c1, s.b2, s.eps
         # b2 = 1 adds the full squared gradient (a sum), not (1 - b2) of it.
-        c2 = jnp.where(c2 == 0, jnp.ones_like(c2), c2)
-        eps = h["eps"]
+        c2 = jnp.where(s.c2 == 0, jnp.ones_like(s.c2), s.c2)
 
         def leaf(g: jax.Array, mu: list[jax.Array], nu: jax.Array) -> tuple[Any, ...]:
             dtype = jnp.promote_types(g.dtype, jnp.float32)
@@ -98,10 +93,8 @@ class ScaleBySM3(Transform):
             new_mu = [m.astype(v.dtype) for m, v in zip(new_mu, mu, strict=True)]
             return new_nu.astype(g.dtype), new_mu, new_nu.astype(nu.dtype)
 
-        treedef = jax.tree.structure(updates)
-        triples = treedef.flatten_up_to(jax.tree.map(leaf, updates, state.mu, state.nu))
-        u, mu, nu = (jax.tree.unflatten(treedef, [t[i] for t in triples]) for i in range(3))
-        return u, ScaleBySM3State(mu, nu, h)
+        u, mu, nu = unzip(jax.tree.map(leaf, updates, state.mu, state.nu), updates, 3)
+        return u, ScaleBySM3State(mu, nu, s.hyperparams)
 
 
 def scale_by_sm3(b1: float = 0.9, b2: float = 1.0, eps: float = 1e-8) -> ScaleBySM3:

@@ -7,7 +7,7 @@ fraction of unclipped updates) are not implemented.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +17,6 @@ from jax.typing import DTypeLike
 
 from optx._src import checks
 from optx._src import hyperparams as hp
-from optx._src.algorithms.adam import dtype_options, unzip
 from optx._src.base import (
     GradientTransformationLike,
     OptState,
@@ -25,12 +24,12 @@ from optx._src.base import (
     ScalarOrSchedule,
     Transform,
     Updates,
-    safe_increment,
     transform,
     zero_count,
 )
 from optx._src.combine import Chain, MaskSpec, accepts_extra, call_update, chain
-from optx._src.momentum import zeros_like
+from optx._src.moments import adam_scalars, unzip, zeros_like
+from optx._src.options import dtype_options
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
 
@@ -182,38 +181,23 @@ class ScaleBySophia(Transform):
     """See `scale_by_sophia`."""
 
     name = "scale_by_sophia"
-    hyperparams = ("b1", "b2", "eps", "gamma", "clip_threshold")
-    decays = ("b1", "b2")
-    ranges: ClassVar[dict[str, tuple[str, Any]]] = {
-        "gamma": hp.NONNEG,
-        "clip_threshold": hp.POSITIVE,
-    }
-    b1: float = 0.965
-    b2: float = 0.99
-    eps: float = 1e-8
-    gamma: float = 0.01
+    b1: ScalarOrSchedule = hp.field(0.965, hp.UNIT_OPEN, decay=True)
+    b2: ScalarOrSchedule = hp.field(0.99, hp.UNIT_OPEN, decay=True)
+    eps: ScalarOrSchedule = hp.field(1e-8, hp.NONNEG)
+    gamma: ScalarOrSchedule = hp.field(0.01, hp.NONNEG)
     # Optional: ``None`` (no clipping) is neither validated nor stored.
-    clip_threshold: float | None = 1.0
+    clip_threshold: ScalarOrSchedule | None = hp.field(1.0, hp.POSITIVE, optional=True)
     update_interval: int = 10
     hessian_diagonal_fn: GradientTransformationLike = HutchinsonEstimator()
     mu_dtype: Any = None
     nu_dtype: Any = None
 
     def __post_init__(self) -> None:
-        for field in self.hyperparam_names():
-            value = hp.validate(self.name, field, getattr(self, field), self.ranges.get(field))
-            object.__setattr__(self, field, value)
+        super().__post_init__()
         interval = checks.nonneg_int(self.name, "update_interval", self.update_interval, 1)
         object.__setattr__(self, "update_interval", interval)
         checks.transform(self.name, "hessian_diagonal_fn", self.hessian_diagonal_fn)
         dtype_options(self, "mu_dtype", "nu_dtype")
-
-    def hyperparam_names(self) -> tuple[str, ...]:
-        names = ("b1", "b2", "eps", "gamma")
-        return names if self.clip_threshold is None else (*names, "clip_threshold")
-
-    def init_hyperparams(self) -> dict[str, jax.Array]:
-        return hp.initial({f: getattr(self, f) for f in self.hyperparam_names()}, self.decays)
 
     def init(self, params: Params) -> SophiaState:
         checks.float_params(f"{self.name}.init", params)
@@ -235,19 +219,16 @@ class ScaleBySophia(Transform):
         estimator = self.hessian_diagonal_fn
         if isinstance(estimator, HutchinsonEstimator) and extra.get("obj_fn") is None:
             raise _missing_obj_fn(api)
-        h = state.hyperparams
-        b1, c1 = hp.value(h, "b1"), hp.one_minus(h, "b1")
-        b2, c2 = hp.value(h, "b2"), hp.one_minus(h, "b2")
-        eps, gamma = h["eps"], h["gamma"]
-        clip = None if self.clip_threshold is None else h["clip_threshold"]
-        count = safe_increment(state.count)
-        k = 1 / hp.bias_correction(h, "b1", count)
+        s = adam_scalars(state.hyperparams, state.count)
+        gamma = s.hyperparams["gamma"]
+        clip = None if self.clip_threshold is None else s.hyperparams["clip_threshold"]
+        k = 1 / s.bias_correction("b1")
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
-            new_m = c1 * g + b1 * m
+            new_m = s.c1 * g + s.b1 * m
             # The Hessian estimate of the previous refresh (0 before the first: then every
             # update is clipped, a sign step).
-            u = new_m * k / jnp.maximum(gamma * v, eps)
+            u = new_m * k / jnp.maximum(gamma * v, s.eps)
             if clip is not None:
                 u = jnp.clip(u, -clip, clip)
             return u.astype(g.dtype), new_m.astype(m.dtype)
@@ -256,7 +237,7 @@ class ScaleBySophia(Transform):
 
         def refresh(hs: Any, nu: Any) -> tuple[Any, Any]:
             diag, hs = call_update(estimator, accepts_extra(estimator), updates, hs, params, extra)
-            nu = jax.tree.map(lambda d, v: (c2 * d + b2 * v).astype(v.dtype), diag, nu)
+            nu = jax.tree.map(lambda d, v: (s.c2 * d + s.b2 * v).astype(v.dtype), diag, nu)
             return hs, nu
 
         if self.update_interval == 1:
@@ -271,7 +252,7 @@ class ScaleBySophia(Transform):
                 state.hessian_fn_state,
                 state.nu,
             )
-        return u, SophiaState(count, mu, nu, hs, h)
+        return u, SophiaState(s.count, mu, nu, hs, s.hyperparams)
 
 
 def scale_by_sophia(

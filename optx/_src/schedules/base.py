@@ -1,9 +1,9 @@
 """The schedule base class, its configuration format, and `from_config`.
 
 A schedule is a pure function of the step count, ``schedule(count) -> value``, held in a
-frozen dataclass (DESIGN D1): equal and hashable by its configuration, so a transform that
+frozen dataclass: equal and hashable by its configuration, so a transform that
 holds one stays hashable and two identical optimizers share a compiled step. The count is
-an int32 that never overflows (DESIGN D5); it is converted to float32 inside.
+an int32 that never overflows; it is converted to float32 inside.
 """
 
 from __future__ import annotations

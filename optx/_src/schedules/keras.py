@@ -1,6 +1,6 @@
 """Keras's learning-rate schedule classes, with Keras 3's names, arguments and numerics.
 
-These back `optx.optimizers.schedules` (DESIGN D10): a Keras user who replaces
+These back `optx.optimizers.schedules`: a Keras user who replaces
 ``keras.optimizers`` with ``optx.optimizers`` keeps the same schedule calls and configs.
 Each class is an optx `Schedule` (a frozen dataclass, equal and hashable by its arguments)
 whose ``get_config()`` is Keras's flat dict, ``name`` included, and whose

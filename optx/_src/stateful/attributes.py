@@ -4,14 +4,15 @@ An argument of a Keras class maps to the hyperparameter(s) of its chain that hol
 public name, and where names clash the type of the state that holds it. Setting a numeric
 argument writes the state (no recompilation); setting anything else (a flag, an argument
 that was ``None``) rebuilds the chain and carries the state over by name.
+
+Each function takes the optimizer (an `optx.optimizers.Optimizer`) as its argument:
+`Optimizer` calls them.
 """
 
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING, Any
-
-import jax
+from typing import Any
 
 from optx._src import hyperparams as hp
 from optx._src.clipping import ClipState
@@ -20,9 +21,6 @@ from optx._src.loss_scale import UnscaleGradientsState
 from optx._src.stateful.custom import CustomStepState
 from optx._src.stateful.keras_args import check_common
 from optx._src.weight_decay import DecayBeforeState
-
-if TYPE_CHECKING:
-    from optx._src.stateful.optimizer import Optimizer
 
 # Keras's common arguments: (public name in the state, type of the state holding it).
 COMMON_HYPERPARAMS: dict[str, tuple[str, type]] = {
@@ -36,29 +34,48 @@ COMMON_HYPERPARAMS: dict[str, tuple[str, type]] = {
 _COMMON_OWNERS = tuple({owner for _, owner in COMMON_HYPERPARAMS.values()})
 
 
-def entries(opt: Optimizer) -> list[tuple[str, type | None, str, int]]:
+def entries(opt: Any) -> list[tuple[str, type | None, str, int]]:
     """``(variable key, owner state type, public name, depth)`` of each hyperparameter."""
     layout = opt._require_built("hyperparameters")
-    flat = jax.tree_util.tree_flatten_with_path(opt._state)[0]
     out = []
-    for (path, _), key in zip(flat, layout.keys, strict=True):
-        for i in range(len(path) - 1):
-            if getattr(path[i], "name", None) == "hyperparams" and isinstance(
-                path[i + 1], jax.tree_util.DictKey
-            ):
-                owner = hp._owner_type(opt._state, tuple(path[:i]))
-                public = str(path[i + 1].key).removeprefix(hp._ONE_MINUS)
-                out.append((key, owner, public, i))
-                break
+    for key, founds in layout.found.items():
+        for f in founds:
+            owner = type(hp.node_at(opt._state, f.node_path[:-1]))
+            out.append((key, owner, f.entry.name, len(f.node_path) - 1))
     return out
 
 
-def keys_for(opt: Optimizer, name: str) -> list[str]:
+def public_names(opt: Any, state: Any) -> Any:
+    """``state`` with each hyperparameter that stands for an argument named as it.
+
+    An argument given through a conversion (Adafactor's ``beta_2_decay``, stored negated
+    as ``decay_rate``) keeps the building block's name: the values differ.
+    """
+    common = {k: v for k, v in COMMON_HYPERPARAMS.items() if opt._config.get(k) is not None}
+    args: dict[tuple[type | None, str], list[str]] = {}
+    for arg, (public, owner) in {**common, **opt._hyper_map}.items():
+        args.setdefault((owner, public), []).append(arg)
+    # Renamed where one argument stands for it (Muon's two weight decays keep the name).
+    table = {
+        key: found[0]
+        for key, found in args.items()
+        if len(found) == 1 and found[0] != key[1] and found[0] not in opt._hyper_convert
+    }
+
+    def rename(owner: type | None, name: str) -> str | None:
+        if (owner, name) in table:
+            return table[(owner, name)]
+        return None if owner in _COMMON_OWNERS else table.get((None, name))
+
+    return hp.renamed(state, rename)
+
+
+def keys_for(opt: Any, name: str) -> list[str]:
     """The variable keys holding the argument ``name`` (empty if the chain holds none)."""
     found = entries(opt)
     if name in COMMON_HYPERPARAMS:
         public, owner = COMMON_HYPERPARAMS[name]
-        keys = [k for k, o, p, _ in found if o is owner and p == public]
+        keys = [k for k, o, p, _ in found if o is owner and p in (public, name)]
         return opt._select(name, keys, found)
     spec = opt._hyper_map.get(name)
     if spec is not None:
@@ -66,7 +83,7 @@ def keys_for(opt: Optimizer, name: str) -> list[str]:
         keys = [
             k
             for k, o, p, _ in found
-            if p == public and (o is owner if owner else o not in _COMMON_OWNERS)
+            if p in (public, name) and (o is owner if owner else o not in _COMMON_OWNERS)
         ]
         return opt._select(name, list(dict.fromkeys(keys)), found)
     if opt._is_custom():
@@ -74,7 +91,7 @@ def keys_for(opt: Optimizer, name: str) -> list[str]:
     return []
 
 
-def set_argument(opt: Optimizer, name: str, value: Any) -> None:
+def set_argument(opt: Any, name: str, value: Any) -> None:
     """``opt.name = value`` for an argument of the constructor (see the module docstring)."""
     api = f"{type(opt).__name__}.{name}"
     owner_built = opt._owner is not None and opt._owner[0].built
@@ -107,7 +124,7 @@ def set_argument(opt: Optimizer, name: str, value: Any) -> None:
     opt._replace_config(**{name: value})
 
 
-def set_custom(opt: Optimizer, name: str, value: Any) -> bool:
+def set_custom(opt: Any, name: str, value: Any) -> bool:
     """Writes a custom optimizer's hyperparameter into the state; ``False`` if not one."""
     if not opt.built:
         return False

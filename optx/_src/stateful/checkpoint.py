@@ -12,27 +12,24 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 from optx._src import checkpoint as ckpt
+from optx._src import hyperparams as hp
 from optx._src.base import Params
+from optx._src.stateful.config import deserialize, serialize
 from optx._src.stateful.layout import check_keys
 from optx._src.stateful.step import ITERATIONS
-
-if TYPE_CHECKING:
-    from optx._src.stateful.stateful import StatefulBase
 
 _KEY = "optx"
 _FORMAT = 1
 
 
-def save(optimizer: StatefulBase, directory: str | os.PathLike[str], force: bool) -> None:
-    """See `StatefulBase.save`."""
-    from optx._src.stateful.serialization import serialize
-
+def save(optimizer: Any, directory: str | os.PathLike[str], force: bool) -> None:
+    """See `CheckpointMixin.save` (``optimizer`` is a `StatefulBase`)."""
     api = "save"
     optimizer._require_built(api)
-    description = serialize(optimizer)  # type: ignore[arg-type]
+    description = serialize(optimizer)
     for key, value in description["config"].items():
         try:
             json.dumps(value)
@@ -57,14 +54,12 @@ def save(optimizer: StatefulBase, directory: str | os.PathLike[str], force: bool
 
 
 def load(
-    cls: type[StatefulBase],
+    cls: type,
     directory: str | os.PathLike[str],
     params: Params,
     custom_objects: Mapping[str, type] | None,
-) -> StatefulBase:
-    """See `StatefulBase.load`."""
-    from optx._src.stateful.serialization import deserialize
-
+) -> Any:
+    """See `CheckpointMixin.load` (``cls`` is a `StatefulBase` subclass)."""
     api = "load"
     meta = ckpt._metadata(api, directory)
     custom = meta.custom_metadata or {}
@@ -85,7 +80,15 @@ def load(
     optimizer.build(params)
     layout = optimizer._require_built(api)
     current = optimizer.variables
-    check_keys(api, list(current), dict.fromkeys(_saved_keys(meta.item_metadata.tree)))
+    saved_keys = _saved_keys(meta.item_metadata.tree)
+    if hp.is_legacy(saved_keys):  # an earlier release's names and stored form
+        with ckpt._orbax(api).StandardCheckpointer() as checkpointer:
+            raw = checkpointer.restore(ckpt._path(directory))
+        upgraded = layout.upgrade_legacy(dict(raw), current)
+        check_keys(api, list(current), upgraded)
+        optimizer.load_own_variables({k: upgraded[k] for k in current})
+        return optimizer
+    check_keys(api, list(current), dict.fromkeys(saved_keys))
     # Read onto the shardings the new optimizer gave its variables (its parameters').
     values = ckpt._restore(api, directory, dict(current))
     values = {k: values[k] for k in current}
@@ -123,16 +126,16 @@ class CheckpointMixin:
           >>> type(new).__name__, int(new.iterations)
           ('Adam', 1)
         """
-        save(self, directory, force)  # type: ignore[arg-type]
+        save(self, directory, force)
 
     @classmethod
     def load(
-        cls: type[StatefulBase],
+        cls,
         directory: str | os.PathLike[str],
         params: Params,
         *,
         custom_objects: Mapping[str, type] | None = None,
-    ) -> StatefulBase:
+    ) -> Self:
         """An optimizer rebuilt from `save`'s config, built on ``params``, holding its variables.
 
         Each variable is read by name onto the sharding the new optimizer gives it (that
@@ -154,4 +157,4 @@ class CheckpointMixin:
           >>> optx.optimizers.SGD.load(path, params).get_config()["momentum"]
           0.9
         """
-        return load(cls, directory, params, custom_objects)  # type: ignore[arg-type]
+        return load(cls, directory, params, custom_objects)

@@ -31,6 +31,7 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import MaskedNode
+from optx._src.stateful.keras_args import COMMON, EXTRA
 from optx._src.tree import is_none, path_name
 
 
@@ -97,18 +98,13 @@ class CustomStep(Transform):
     """The step of an `Optimizer` subclass that defines ``update_step`` (see module docstring)."""
 
     name = "update_step"
-    hyperparams = ("learning_rate",)
     optimizer: Any = None
-    learning_rate: ScalarOrSchedule = 1e-3
+    learning_rate: ScalarOrSchedule = hp.field(1e-3, hp.NONNEG)
     values: tuple[tuple[str, float], ...] = ()
 
-    def hyperparam_names(self) -> tuple[str, ...]:
-        return super().hyperparam_names() + tuple(n for n, _ in self.values)
-
-    def init_hyperparams(self) -> dict[str, jax.Array]:
-        stored = super().init_hyperparams()
-        stored.update({n: jnp.asarray(v, jnp.float32) for n, v in self.values})
-        return stored
+    def init_hyperparams(self) -> hp.HyperParams:
+        # The subclass's own numbers (its `get_config`) join the learning rate.
+        return hp.create(self, extra=self.values)
 
     def init(self, params: Params) -> CustomStepState:
         opt = self.optimizer.obj
@@ -140,7 +136,7 @@ class CustomStep(Transform):
         if params is None:
             raise ValueError(f"`{api}` needs the current parameters. Received: params=None.")
         h = state.hyperparams
-        lr = hp.scheduled(self.learning_rate, h, "learning_rate", state.count)
+        lr = h["learning_rate"]
         flat, treedef = jax.tree_util.tree_flatten_with_path(params)
         grads = jax.tree.leaves(updates, is_leaf=is_none)
         slot_leaves = {
@@ -227,8 +223,6 @@ class SlotDeclarations:
 
     def _custom_values(self) -> tuple[tuple[str, float], ...]:
         """The dynamic hyperparameters of a subclass: the floats of its `get_config`."""
-        from optx._src.stateful.optimizer import COMMON, EXTRA
-
         base = {"name", "learning_rate", *COMMON, *EXTRA}
         return tuple(
             (k, float(v))

@@ -18,7 +18,9 @@ from optx._src import projections as projections_lib
 from optx._src import reprs
 from optx._src.base import Params
 from optx._src.constraints import Constraint
+from optx._src.hyperparams import is_schedule
 from optx._src.schedules.base import Schedule
+from optx._src.stateful.config import config_arguments
 from optx._src.tree import is_param, path_name
 
 COMMON = {
@@ -32,7 +34,7 @@ COMMON = {
     "loss_scale_factor": None,
     "gradient_accumulation_steps": None,
 }
-# optx's options beyond Keras 3's: OptimizerV2's `decay`, the EMA's start (DESIGN D12), and
+# optx's options beyond Keras 3's: OptimizerV2's `decay`, the EMA's start, and
 # the named axis to average gradients over (`aggregate_gradients`, first in the chain).
 EXTRA = {
     "decay": 0.0,
@@ -115,45 +117,6 @@ def number(api: str, name: str, value: Any, *, allow_none: bool = True) -> float
             f"`{api}` needs {name} to be a non-negative finite number. Received: {name}={value!r}."
         )
     return value
-
-
-def config_arguments(
-    api: str, config: Any, cls: type | None = None, required: tuple[str, ...] = ()
-) -> dict[str, Any]:
-    """Checks a `from_config` dict and returns a copy.
-
-    It must be a mapping with string keys, hold the ``required`` keys, and (when ``cls``
-    takes no ``**kwargs``) only arguments of ``cls``.
-    """
-    if not isinstance(config, Mapping):
-        raise TypeError(
-            f"`{api}` needs config to be a dict of arguments, as `get_config` returns. "
-            f"Received: config={reprs.short(config)}."
-        )
-    bad = [k for k in config if not isinstance(k, str)]
-    if bad:
-        raise TypeError(
-            f"`{api}` needs the keys of config to be argument names (strings). "
-            f"Received: key {reprs.short(bad[0])}."
-        )
-    missing = [k for k in required if k not in config]
-    if missing:
-        raise ValueError(
-            f"`{api}` needs config to hold {missing[0]!r}. "
-            f"Received: config with keys {reprs.short(list(config))}."
-        )
-    if cls is not None:
-        params = inspect.signature(cls.__init__).parameters
-        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-            allowed = [n for n in params if n != "self"]
-            unknown = [k for k in config if k not in allowed]
-            if unknown:
-                raise TypeError(
-                    f"`{api}` got an unexpected argument {reprs.short(unknown[0])} in config. "
-                    f"Received: {reprs.name(unknown[0])}="
-                    f"{reprs.short(config[unknown[0]])}. Allowed: {', '.join(allowed)}."
-                )
-    return dict(config)
 
 
 def finite(api: str, name: str, value: Any) -> float:
@@ -259,7 +222,10 @@ def check_learning_rate(api: str, lr: Any) -> Any:
 def check_common(api: str, c: dict[str, Any]) -> None:
     """Checks (and normalises, in place) Keras's common arguments in a config."""
     for name in ("clipnorm", "clipvalue", "global_clipnorm", "decay", "loss_scale_factor"):
-        c[name] = number(api, name, c[name])
+        # A clipping threshold may be a schedule, as any hyperparameter held in the state.
+        schedulable = name in ("clipnorm", "clipvalue", "global_clipnorm")
+        if not (schedulable and is_schedule(c[name])):
+            c[name] = number(api, name, c[name])
     c["decay"] = c["decay"] or 0.0
     clips = [n for n in ("clipnorm", "clipvalue", "global_clipnorm") if c[n] is not None]
     if len(clips) > 1:
@@ -267,7 +233,7 @@ def check_common(api: str, c: dict[str, Any]) -> None:
             f"`{api}` needs at most one of `clipnorm`, `clipvalue` and `global_clipnorm`. "
             f"Received: {', '.join(f'{n}={c[n]!r}' for n in clips)}."
         )
-    if c["weight_decay"] is not None:
+    if c["weight_decay"] is not None and not is_schedule(c["weight_decay"]):
         c["weight_decay"] = number(api, "weight_decay", c["weight_decay"])
     a = c["axis_name"]
     if a is not None and not (
@@ -291,7 +257,9 @@ def check_common(api: str, c: dict[str, Any]) -> None:
         )
     if c["use_ema"]:
         m = c["ema_momentum"]
-        if isinstance(m, bool) or not isinstance(m, numbers.Real) or not 0 <= m <= 1:
+        if not is_schedule(m) and (
+            isinstance(m, bool) or not isinstance(m, numbers.Real) or not 0 <= m <= 1
+        ):
             raise ValueError(
                 f"`{api}` needs ema_momentum in [0, 1] when use_ema=True. "
                 f"Received: ema_momentum={m!r}."

@@ -1,10 +1,10 @@
-"""The flat view of an optimizer state: ``"<name>/<slot>/<param path>"`` keys (DESIGN D7).
+"""The flat view of an optimizer state: ``"<name>/<slot>/<param path>"`` keys.
 
 A `Layout` is computed once per parameter structure. It names every leaf of a functional
 state:
 
-* a hyperparameter by its key in the state (``"learning_rate"``, ``"one_minus_b1"``; a
-  name two transforms share is qualified by the transform's position, ``"0/max_norm"``).
+* a hyperparameter by its public name (``"learning_rate"``, ``"b1"``; a name two
+  transforms share is qualified by the transform's position, ``"0/max_norm"``).
   Names listed as *tied* (the Keras classes tie ``"learning_rate"``) are one entry however
   many transforms hold them;
 * a slot (a subtree shaped like the parameters: Adam's ``mu``) by
@@ -44,6 +44,8 @@ class Layout:
       slots: ``{(param path, slot name): key}``.
       hyperparams: the keys that hold hyperparameters.
       treedef: the state's structure.
+      found: ``{key: the hyperparameters it holds}`` (`hyperparams.Found`), for writing.
+      schedule_counts: the keys of the schedules' step counts.
     """
 
     keys: tuple[str, ...]
@@ -51,6 +53,8 @@ class Layout:
     slots: Mapping[tuple[str, str], str] = dataclasses.field(compare=False)
     hyperparams: tuple[str, ...]
     treedef: Any
+    found: Mapping[str, tuple[hp.Found, ...]] = dataclasses.field(compare=False, default=None)  # type: ignore[assignment]
+    schedule_counts: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -81,15 +85,25 @@ class Layout:
         index = {tuple(p): i for i, (p, _) in enumerate(flat)}
         keys: list[str | None] = [None] * len(flat)
         hyper: list[str] = []
-        for flat_name, _, path, stored, _ in hp._named_entries(state):
-            public = stored.removeprefix(hp._ONE_MINUS)
+        found: dict[str, list[hp.Found]] = {}
+        schedule_counts: list[str] = []
+        aux: list[str] = []  # a decay's residual, a schedule's scale and count
+        for f in hp.find(state):
+            public, path = f.entry.name, f.leaf_path
             scope = tie_scope(path) if tie_scope is not None else ""
-            if public in tied and stored == public and scope is not None:
+            if public in tied and scope is not None:
                 key = f"{scope}/{public}" if scope else public
             else:
-                qualifier = flat_name.rpartition("/")[0]
-                key = f"{qualifier}/{stored}" if qualifier else stored
+                qualifier = f.flat.rpartition("/")[0]
+                key = f"{qualifier}/{public}" if qualifier else public
             keys[index[tuple(path)]] = key
+            for kind, aux_path in f.aux_paths:  # named after the hyperparameter
+                if keys[index[aux_path]] is None:
+                    keys[index[aux_path]] = f"{key}/{kind}"
+                    aux.append(f"{key}/{kind}")
+                    if kind == "count":
+                        schedule_counts.append(f"{key}/{kind}")
+            found.setdefault(key, []).append(f)
             if key not in hyper:
                 hyper.append(key)
 
@@ -126,8 +140,42 @@ class Layout:
                 nm, _, drop = owner_of(tuple(path))
                 keys[i] = f"{nm}/{path_name(path[drop:])}"
         done = [k for k in keys if k is not None]
-        rest = [k for k in dict.fromkeys(done) if k not in hyper]
-        return cls(tuple(done), tuple(hyper + rest), slots, tuple(hyper), treedef)
+        # Hyperparameters first, then what keeps them exact or scheduled, then the rest.
+        rest = [k for k in dict.fromkeys(done) if k not in hyper and k not in aux]
+        return cls(
+            tuple(done),
+            tuple(hyper + aux + rest),
+            slots,
+            tuple(hyper),
+            treedef,
+            {k: tuple(v) for k, v in found.items()},
+            tuple(schedule_counts),
+        )
+
+    def upgrade_legacy(self, values: Mapping[str, Any], current: Mapping[str, Any]) -> dict:
+        """``values`` keyed as an earlier release kept them, keyed as this layout does.
+
+        Releases up to 0.1.0.dev0 kept a decay as ``1 - b`` under another name (see
+        `hyperparams.legacy_key`); the values are recovered exactly (see
+        `hyperparams.upgrade_value`). A schedule's scale and step count, not kept then, take
+        ``current``'s.
+        """
+        out = dict(values)
+        for key, founds in self.found.items():
+            qualifier = key.rpartition("/")[0]
+            entry = founds[0].entry
+            old = hp.legacy_key(qualifier, entry)
+            if old not in values:
+                continue
+            value, residual = hp.upgrade_value(entry, values[old])
+            del out[old]
+            out[key] = value
+            if residual is not None:
+                out[f"{key}/residual"] = residual
+            for kind in ("scale", "count"):
+                if f"{key}/{kind}" in current and f"{key}/{kind}" not in out:
+                    out[f"{key}/{kind}"] = current[f"{key}/{kind}"]
+        return out
 
     def to_dict(self, state: Any) -> dict[str, Any]:
         """``{key: leaf}`` for ``state`` (a tied key takes its first leaf)."""

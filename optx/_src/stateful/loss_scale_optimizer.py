@@ -13,10 +13,11 @@ from optx._src.base import Params, find_states, identity
 from optx._src.combine import named_chain
 from optx._src.distributed import aggregate_gradients
 from optx._src.loss_scale import DynamicLossScaleState, dynamic_loss_scale
-from optx._src.stateful.keras_args import COMMON, config_arguments, finite
+from optx._src.stateful.base import StatefulBase
+from optx._src.stateful.config import config_arguments, deserialize, serialize
+from optx._src.stateful.keras_args import COMMON, finite
 from optx._src.stateful.multi import _inner_check
 from optx._src.stateful.optimizer import Optimizer
-from optx._src.stateful.stateful import StatefulBase
 
 
 class LossScaleOptimizer(StatefulBase):
@@ -103,6 +104,10 @@ class LossScaleOptimizer(StatefulBase):
         self.inner_optimizer._prepare(params, names_by_id)
         self._prepare_transform()
 
+    def _public_names(self, state: Any) -> Any:
+        # The inner optimizer's hyperparameters by its arguments' names (`beta_1`).
+        return self.inner_optimizer._public_names(state)
+
     @property
     def iterations(self) -> jax.Array:
         """The steps the inner optimizer applied (skipped steps do not count)."""
@@ -171,8 +176,6 @@ class LossScaleOptimizer(StatefulBase):
 
     def get_config(self) -> dict[str, Any]:
         """``{name, inner_optimizer (serialised), initial_scale, dynamic_growth_steps}``."""
-        from optx._src.stateful.serialization import serialize
-
         return {
             "name": self.name,
             "inner_optimizer": serialize(self.inner_optimizer),
@@ -183,8 +186,6 @@ class LossScaleOptimizer(StatefulBase):
     @classmethod
     def from_config(cls, config: Mapping[str, Any], custom_objects: Any = None) -> StatefulBase:
         """Rebuilds a `LossScaleOptimizer` from `get_config`."""
-        from optx._src.stateful.serialization import deserialize
-
         api = "LossScaleOptimizer.from_config"
         config = config_arguments(api, config, cls, required=("inner_optimizer",))
         inner = deserialize(config.pop("inner_optimizer"), custom_objects)

@@ -13,9 +13,9 @@ import jax
 from optx._src.base import Params
 from optx._src.combine import chain, partition
 from optx._src.loss_scale import unscale_gradients
-from optx._src.stateful.keras_args import config_arguments
+from optx._src.stateful.base import StatefulBase
+from optx._src.stateful.config import config_arguments, deserialize, serialize
 from optx._src.stateful.optimizer import Optimizer
-from optx._src.stateful.stateful import StatefulBase
 from optx._src.tree import is_param, path_name
 
 
@@ -235,6 +235,17 @@ class MultiOptimizer(StatefulBase):
         _inner_check("MultiOptimizer", f"optimizer_map({path!r})", opt)
         return opt
 
+    def _public_names(self, state: Any) -> Any:
+        # Each inner optimizer names the hyperparameters of its own part of the state.
+        inner = getattr(state, "inner_states", None)
+        if not isinstance(inner, dict):
+            return state
+        renamed = {
+            label: self._labels[label]._public_names(sub) if label in self._labels else sub
+            for label, sub in inner.items()
+        }
+        return state._replace(inner_states=renamed)
+
     def _prepare(self, params: Params, names_by_id: Mapping[int, str]) -> None:
         flat, treedef = jax.tree_util.tree_flatten_with_path(params, is_leaf=is_param)
         chosen = [self._route(path_name(p)) for p, _ in flat]
@@ -317,8 +328,6 @@ class MultiOptimizer(StatefulBase):
 
     def get_config(self) -> dict[str, Any]:
         """The config: ``optimizer_map``, ``default_optimizer`` (serialised), and the rest."""
-        from optx._src.stateful.serialization import serialize
-
         if isinstance(self._map, OptimizerMap):
             mapping: Any = {k: serialize(v) for k, v in self._map.items()}
             default = self._map.default_optimizer
@@ -334,8 +343,6 @@ class MultiOptimizer(StatefulBase):
     @classmethod
     def from_config(cls, config: Mapping[str, Any], custom_objects: Any = None) -> StatefulBase:
         """Rebuilds a `MultiOptimizer` from `get_config`."""
-        from optx._src.stateful.serialization import deserialize
-
         api = "MultiOptimizer.from_config"
         config = config_arguments(api, config, cls, required=("optimizer_map",))
         mapping = config.pop("optimizer_map")

@@ -1,65 +1,50 @@
-r"""`Optimizer`: Keras's optimizer API and common arguments, translated into a chain.
+"""`Optimizer`: Keras's optimizer API and common arguments, translated into a chain.
 
-Every Keras optimizer takes the same eleven options. Here they become transforms around the
-optimizer's own step, in Keras's order (reference: Keras 3's ``BaseOptimizer.apply``):
-
-`aggregate_gradients` (``axis_name``) → ``unscale_gradients`` (``loss_scale_factor``) →
-`accumulate_gradients` over { clipping → `decay_before` (``weight_decay`` times the
-learning rate) → the step } → `ema_params`.
-
-With accumulation, a learning-rate schedule is evaluated at the micro-step count
-(:math:`k\,j + k - 1` at the :math:`j`-th update), and the EMA is updated on every call, as
-Keras does.
+The chain (the common arguments as transforms around the step) is `KerasChainMixin`'s
+(keras_chain.py); a wrapped transform's arguments are checked in wrapped.py; arguments
+set as attributes are written into the state by attributes.py; an ``update_step`` becomes
+a transform in custom.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import numbers
-import re
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from optx._src import hyperparams as hp
 from optx._src import reprs
-from optx._src.accumulate import accumulate_gradients
-from optx._src.base import GradientTransformationLike, Params, identity
-from optx._src.clipping import clip, clip_by_global_norm, clip_by_norm
-from optx._src.combine import chain, named_chain
-from optx._src.constraints import constrain
-from optx._src.distributed import aggregate_gradients
-from optx._src.ema_params import ema_params
-from optx._src.loss_scale import unscale_gradients
+from optx._src.base import GradientTransformationLike
 from optx._src.schedules import keras_serialization
 from optx._src.schedules.base import Schedule
 from optx._src.stateful import attributes
+from optx._src.stateful.base import StatefulBase
+from optx._src.stateful.config import config_arguments
 from optx._src.stateful.custom import CustomStep, SlotDeclarations, SlotSpecs, _Ref
 from optx._src.stateful.keras_args import (
     COMMON,
     EXTRA,
-    DecayMask,
-    KerasLearningRate,
     check_common,
     check_learning_rate,
-    config_arguments,
     deserialize_constraint,
     serialize_constraint,
     snake,
-    takes_no_args,
 )
-from optx._src.stateful.stateful import StatefulBase
-from optx._src.weight_decay import decay_before
+from optx._src.stateful.keras_chain import KerasChainMixin
+from optx._src.stateful.wrapped import (
+    InitialLearningRate,
+    check_wrapper_arguments,
+    initial_learning_rate,
+    is_transform,
+)
 
 # Attributes that the stateful base sets on every optimizer.
 _PUBLIC_ATTRIBUTES = frozenset({"name", "jit_compile", "transform"})
 
 
-class Optimizer(SlotDeclarations, StatefulBase):
+class Optimizer(KerasChainMixin, SlotDeclarations, StatefulBase):
     r"""A stateful optimizer with Keras's API, on a chain of optx transforms.
 
     Three ways to get one:
@@ -104,8 +89,10 @@ class Optimizer(SlotDeclarations, StatefulBase):
       >>> params["w"], int(opt.iterations)
       (Array([ 0.9, -0.9], dtype=float32), 1)
       >>> list(opt.variables)[:6]
-      ['iterations', 'one_minus_b1', 'one_minus_b2', 'eps', 'eps_root', 'learning_rate']
-      >>> list(opt.variables)[6:]
+      ['iterations', 'b1', 'b2', 'eps', 'eps_root', 'learning_rate']
+      >>> list(opt.variables)[6:8]  # what keeps 1 - b exact
+      ['b1/residual', 'b2/residual']
+      >>> list(opt.variables)[8:]
       ['adam/0/count', 'adam/mu/w', 'adam/nu/w', 'adam/1/count']
 
       A custom optimizer, the Keras way:
@@ -158,7 +145,7 @@ class Optimizer(SlotDeclarations, StatefulBase):
         **kwargs: Any,
     ) -> None:
         api = type(self).__name__
-        if transform is None and _is_transform(learning_rate):
+        if transform is None and is_transform(learning_rate):
             transform, learning_rate = learning_rate, None
         self._wrapped = transform
         if transform is None and not self._is_custom() and type(self)._core is Optimizer._core:
@@ -171,9 +158,9 @@ class Optimizer(SlotDeclarations, StatefulBase):
         initial_lr = None
         if transform is not None:
             self._tied = ()
-            _check_wrapper_arguments(api, kwargs)
+            check_wrapper_arguments(api, kwargs)
             if learning_rate is not None:
-                initial_lr = _initial_learning_rate(api, transform, learning_rate)
+                initial_lr = initial_learning_rate(api, transform, learning_rate)
         if "lr" in kwargs:
             warnings.warn(
                 "The `lr` argument is deprecated, use `learning_rate` instead.",
@@ -211,6 +198,14 @@ class Optimizer(SlotDeclarations, StatefulBase):
 
     # -- arguments ------------------------------------------------------------------------
 
+    def _public_names(self, state: Any) -> Any:
+        """The state with the hyperparameters named by this class's arguments.
+
+        ``beta_1`` for `scale_by_adam`'s ``b1``, ``ema_momentum`` for the EMA's
+        ``momentum``: see `attributes.public_names`.
+        """
+        return attributes.public_names(self, state)
+
     def _check(self, api: str) -> None:
         """Checks the subclass's own arguments (overridden where Keras checks them)."""
 
@@ -229,7 +224,7 @@ class Optimizer(SlotDeclarations, StatefulBase):
             settable = {*self._defaults, *COMMON, *EXTRA} - {"jit_compile"}
             if name in settable:
                 if d["_wrapped"] is not None:
-                    _check_wrapper_arguments(type(self).__name__, {name: value})
+                    check_wrapper_arguments(type(self).__name__, {name: value})
                 attributes.set_argument(self, name, value)
                 return
             if self._is_custom() and attributes.set_custom(self, name, value):
@@ -252,18 +247,7 @@ class Optimizer(SlotDeclarations, StatefulBase):
         del name, found
         return keys
 
-    # -- the chain ------------------------------------------------------------------------
-
-    def _learning_rate_spec(self) -> Any:
-        c = self._config
-        if self._wrapped is not None:
-            return None
-        lr = c["learning_rate"]
-        k = c["gradient_accumulation_steps"] or 1
-        if not callable(lr) and not c["decay"]:
-            return lr
-        no_args = callable(lr) and takes_no_args(lr)
-        return KerasLearningRate(lr, k, c["decay"], no_args)
+    # -- the step (the chain around it: `KerasChainMixin`) --------------------------------
 
     def _core(self, learning_rate: Any) -> GradientTransformationLike:
         """The optimizer's own step, learning rate included (the Keras classes override it)."""
@@ -275,81 +259,6 @@ class Optimizer(SlotDeclarations, StatefulBase):
         raise NotImplementedError(
             f"`{type(self).__name__}` needs an `update_step` (or a transform to wrap)."
         )
-
-    def _decay(self, core: GradientTransformationLike, lr: Any) -> GradientTransformationLike:
-        wd = self._config["weight_decay"]
-        if not wd:
-            return core
-        mask = DecayMask(self._excluded_patterns) if self._excluded_patterns else None
-        return decay_before(core, wd, lr, mask)
-
-    def _build_transform(self, aggregate: bool = True) -> GradientTransformationLike:
-        c = self._config
-        lr = self._learning_rate_spec()
-        with hp.caller(type(self).__name__, self._argument_names()):
-            inner = self._decay(self._core(lr), lr)
-            clipping = self._clip_transform()
-            if clipping is not None:
-                inner = chain(clipping, inner)
-            k = c["gradient_accumulation_steps"]
-            if k:
-                inner = accumulate_gradients(inner, k)
-            parts = [("step", inner)]
-            if c["loss_scale_factor"] is not None:
-                parts.insert(0, ("loss_scale", unscale_gradients(c["loss_scale_factor"])))
-            if c["axis_name"] is not None:
-                # First, as Keras/TF aggregate before unscaling. Skipped, it is an identity:
-                # the state, and so `variables`, stay the same.
-                first = aggregate_gradients(c["axis_name"]) if aggregate else identity()
-                parts.insert(0, ("aggregate", first))
-            if c["use_ema"]:
-                parts.append(
-                    (
-                        "ema",
-                        ema_params(
-                            c["ema_momentum"],
-                            c["ema_overwrite_frequency"],
-                            start=c["ema_start"],
-                            every_k=k or 1,
-                        ),
-                    )
-                )
-            if c["constraints"]:
-                # After the EMA, as Keras applies `variable.constraint` last.
-                parts.append(("constraints", constrain(c["constraints"])))
-            return parts[0][1] if len(parts) == 1 else named_chain(*parts)
-
-    @classmethod
-    def _argument_names(cls) -> dict[str, str]:
-        """Building blocks' argument names -> this class's (``"b1"`` -> ``"beta_1"``)."""
-        names = {public: own for own, (public, _) in cls._hyper_map.items()}
-        return {**names, **cls._message_names}
-
-    def _step_transform(self, skip_aggregation: bool) -> GradientTransformationLike:
-        if skip_aggregation and self._config["axis_name"] is not None:
-            return self._build_transform(aggregate=False)
-        return self.transform
-
-    def _clip_transform(self) -> Any:
-        c = self._config
-        if c["clipnorm"]:
-            return clip_by_norm(c["clipnorm"])
-        if c["global_clipnorm"]:
-            return clip_by_global_norm(c["global_clipnorm"])
-        if c["clipvalue"]:
-            return clip(c["clipvalue"])
-        return None
-
-    def _every_k(self) -> int:
-        return self._config["gradient_accumulation_steps"] or 1
-
-    def _rebuild(self) -> None:
-        """Rebuilds the chain from the arguments; a built owner or self keeps its state."""
-        transform = self._build_transform()
-        if transform != self.transform:
-            self._replace_transform(transform)
-            if self._owner is not None:
-                self._owner[0]._inner_changed()
 
     # -- learning rate --------------------------------------------------------------------
 
@@ -407,61 +316,6 @@ class Optimizer(SlotDeclarations, StatefulBase):
         assert self._owner is not None
         label = self._owner[1]
         return f"{label}/{name}" if label else name
-
-    # -- weight decay exclusions ----------------------------------------------------------
-
-    def exclude_from_weight_decay(
-        self, var_list: Iterable[Any] | None = None, var_names: Iterable[str] | None = None
-    ) -> None:
-        """Excludes parameters from weight decay; call it before the first step.
-
-        Args:
-          var_list: `Variable` objects (or Flax variables, or parameter arrays) to exclude,
-            matched by identity when the optimizer is built, or parameter path names.
-          var_names: regular expressions searched (`re.search`) in each parameter's full
-            path (``"dense/bias"``); a match excludes it.
-
-        Raises:
-          ValueError: the optimizer is already built.
-        """
-        api = "exclude_from_weight_decay"
-        if self._wrapped is not None:
-            StatefulBase.exclude_from_weight_decay(self, var_list, var_names)
-        if self.built or (self._owner is not None and self._owner[0].built):
-            raise ValueError(
-                f"`{api}` needs an optimizer that is not built yet (it changes the chain). "
-                f"Received: {self.name!r}, built for {len(self._params_paths)} parameters."
-            )
-        names = list(var_names or [])
-        for n in names:
-            if not isinstance(n, str):
-                raise TypeError(f"`{api}` needs var_names to be strings. Received: {n!r}.")
-            re.compile(n)
-        objects = list(var_list or [])
-        self._excluded_objects = [o for o in objects if not isinstance(o, str)]
-        paths = [f"^{re.escape(o)}$" for o in objects if isinstance(o, str)]
-        self._excluded_patterns = tuple(names + paths)
-        self._rebuild()
-
-    def _prepare(self, params: Params, names_by_id: Mapping[int, str]) -> None:
-        if self.transform is None:  # a subclass with `update_step`: its chain, now
-            self._set_transform(self._build_transform())
-        if self._excluded_objects:
-            found = [
-                f"^{re.escape(names_by_id[id(o)])}$"
-                for o in self._excluded_objects
-                if id(o) in names_by_id
-            ]
-            if len(found) < len(self._excluded_objects):
-                warnings.warn(
-                    f"`exclude_from_weight_decay`: {len(self._excluded_objects) - len(found)} "
-                    f"of the {len(self._excluded_objects)} objects in var_list are not among "
-                    f"the parameters {self.name!r} is built with, and exclude nothing.",
-                    stacklevel=4,
-                )
-            self._excluded_patterns = tuple(dict.fromkeys(self._excluded_patterns + tuple(found)))
-            self._excluded_objects = []
-            self._rebuild()
 
     # -- config ---------------------------------------------------------------------------
 
@@ -532,80 +386,3 @@ class Optimizer(SlotDeclarations, StatefulBase):
             if k == "learning_rate" or defaults.get(k, object()) != v:
                 shown.append(f"{k}={v!s}" if isinstance(v, np.floating) else f"{k}={v!r}")
         return ", ".join(shown)
-
-
-def _is_transform(value: Any) -> bool:
-    return callable(getattr(value, "init", None)) and callable(getattr(value, "update", None))
-
-
-def _check_wrapper_arguments(api: str, arguments: Mapping[str, Any]) -> None:
-    """Raises for the arguments ``Optimizer(transform)`` has no use for."""
-    if arguments.get("weight_decay") is not None:
-        raise TypeError(
-            f"`{api}` wrapping a transform has no learning rate to multiply a "
-            f"weight decay by. Received: weight_decay={arguments['weight_decay']!r}. "
-            f"Put optx.add_decayed_weights in the transform instead."
-        )
-    for key in ("lr", "decay"):
-        if key in arguments:
-            raise TypeError(
-                f"`{api}` wrapping a transform takes no `{key}` (its learning rate "
-                f"is the transform's). Received: {key}={arguments[key]!r}."
-            )
-
-
-def _learning_rates(state: Any) -> list[str]:
-    """The names of the hyperparameters called ``learning_rate`` in ``state``."""
-    return [flat for flat, _, _, stored, _ in hp._named_entries(state) if stored == "learning_rate"]
-
-
-def _one_learning_rate(api: str, transform: Any, state: Any, value: float) -> None:
-    found = _learning_rates(state)
-    if len(found) != 1:
-        held = f"{len(found)} ({', '.join(map(repr, found))})" if found else "none"
-        raise ValueError(
-            f"`{api}` needs a transform whose state holds one hyperparameter called "
-            f"learning_rate, to start it at learning_rate={value!r}. Received: "
-            f"transform={transform!r}, whose state holds {held}."
-        )
-
-
-def _initial_learning_rate(api: str, transform: Any, value: Any) -> float:
-    """Checks ``Optimizer(transform=..., learning_rate=value)``; returns the float."""
-    if callable(value) or isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"`{api}` wrapping a transform needs learning_rate to be a number (the initial "
-            f"value of the transform's own learning rate). Received: learning_rate="
-            f"{reprs.short(value)}. Put a schedule in the transform instead."
-        )
-    value = hp.validate(api, "learning_rate", value)
-    try:  # the state's structure, without parameters; some inits need them: checked at build
-        shapes = jax.eval_shape(transform.init, {})
-    except Exception:
-        return value
-    _one_learning_rate(api, transform, shapes, value)
-    return value
-
-
-@dataclasses.dataclass(frozen=True)
-class InitialLearningRate:
-    """``inner`` with the learning rate in its state starting at ``learning_rate``.
-
-    What ``Optimizer(transform=inner, learning_rate=...)`` steps with (and what its
-    `get_config` describes once the learning rate was changed): the state of
-    ``inner.init``, its ``learning_rate`` hyperparameter replaced; ``update`` is
-    ``inner``'s.
-    """
-
-    inner: Any
-    learning_rate: float
-
-    def init(self, params: Params) -> Any:
-        state = self.inner.init(params)
-        _one_learning_rate("Optimizer", self.inner, state, self.learning_rate)
-        return hp.set_hyperparams(state, learning_rate=self.learning_rate)
-
-    def update(
-        self, updates: Any, state: Any, params: Params | None = None, **extra: Any
-    ) -> tuple[Any, Any]:
-        return self.inner.update(updates, state, params, **extra)

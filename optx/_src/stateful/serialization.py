@@ -1,4 +1,9 @@
-"""`get`, `serialize` and `deserialize` of the stateful optimizers, in Keras's formats."""
+"""`get`, `serialize` and `deserialize` of the stateful optimizers, in Keras's formats.
+
+The top of the stateful layer: it knows every class. The classes below describe the
+optimizers they hold (and `save` the optimizer it writes) with the functions installed here
+(`config.use_codec`).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from optx._src.stateful import (
     loss_scale_optimizer,
     multi,
 )
-from optx._src.stateful.keras_args import config_arguments
+from optx._src.stateful.config import config_arguments, use_codec
 from optx._src.stateful.optimizer import Optimizer
 
 _MODULE = "keras.optimizers"
@@ -159,3 +164,7 @@ def get(identifier: Any) -> Optimizer | None:
         f"`get` could not interpret the optimizer identifier. Received: identifier="
         f"{reprs.short(identifier)}; expected a name, a config dict or an optimizer."
     )
+
+
+# `MultiOptimizer`, `LossScaleOptimizer` and `save` describe optimizers with these.
+use_codec(serialize, deserialize)

@@ -1,19 +1,27 @@
-"""The compiled step of the stateful wrapper, and the checks of its inputs."""
+"""The compiled step of the stateful wrapper, the checks of its inputs, and `StepMixin`.
+
+`StepMixin` holds the methods that run the step (`apply_gradients`, `stateless_apply`, the
+cache of compiled steps); `StatefulBase.apply` runs it on the optimizer's own state.
+"""
 
 from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from optx._src.base import GradientTransformationLike, Params, apply_updates, safe_increment
+from optx._src.compiler import compiler_options
 from optx._src.missing import skip_missing
-from optx._src.stateful.layout import Layout
+from optx._src.stateful.layout import Layout, check_keys
+from optx._src.stateful.locking import locked
+from optx._src.stateful.variable import _assign, _is_variable, _value, variable_names
 from optx._src.tree import path_name
 
 ITERATIONS = "iterations"
@@ -159,3 +167,187 @@ def missing_gradients(api: str, grads: Any, params: Params) -> None:
         f"slots are left as they are.",
         stacklevel=3,
     )
+
+
+class StepMixin:
+    """`StatefulBase`'s compiled steps, its checks of their inputs, and the pure step."""
+
+    if TYPE_CHECKING:
+        jit_compile: bool
+        built: bool
+        _lock: Any
+        _state: Any
+        _count: jax.Array
+        _compiled: dict[str, Callable[..., Any]]
+        _placement: Any
+        _treedef: Any
+        _spec: Any
+        _checked: Any
+        _names_by_id: dict[int, str]
+
+        @property
+        def iterations(self) -> jax.Array: ...
+
+        def apply(self, grads: Any, params: Params) -> Params: ...
+
+        def _require_built(self, api: str) -> Layout: ...
+
+        def _step_transform(self, skip_aggregation: bool) -> GradientTransformationLike: ...
+
+    def _function(
+        self, kind: str, skip_aggregation: bool = False, nested: bool = False
+    ) -> Callable[..., Any]:
+        """The step (``"step"``: on the state; ``"stateless"``: on the variables' dict).
+
+        ``nested``: called inside another transformation (``jit``, ``pmap``), where XLA
+        options cannot be given (the outer ``jit`` compiles the program).
+        """
+        key = f"{kind}/skip_aggregation" if skip_aggregation else kind
+        key += "/nested" if nested else ""
+        fn = self._compiled.get(key)
+        if fn is None:
+            statics: tuple[Any, ...] = (self._step_transform(skip_aggregation),)
+            if kind == "stateless":
+                statics += (self._require_built("stateless_apply"),)
+            try:
+                hash(statics)
+                hashable = True
+            except TypeError:
+                hashable = False
+            # XLA options for a donated step (`optx.compiler_options`), for the default backend.
+            options = {} if nested else compiler_options()
+            if not self.jit_compile:
+                fn = functools.partial(STEPS[kind], *statics)
+            elif self._placement is not None:
+                fn = self._sharded_step(kind, statics, options)
+            elif hashable:
+                # Shared by every optimizer with an equal chain: a rebuilt optimizer (a
+                # re-run notebook cell) hits the compile cache.
+                fn = functools.partial(jitted(kind, tuple(sorted(options.items()))), *statics)
+            else:
+                # Argument numbers of the partial: the statics are bound already.
+                donate = (0, 1) if kind == "step" else (0, 2)
+                fn = jax.jit(
+                    functools.partial(STEPS[kind], *statics),
+                    donate_argnums=donate,
+                    compiler_options=options or None,
+                )
+            self._compiled[key] = fn
+        return fn
+
+    def _sharded_step(
+        self, kind: str, statics: tuple[Any, ...], options: dict[str, Any]
+    ) -> Callable[..., Any]:
+        """The step pinned to the shardings `build` found: outputs keep them step after step."""
+        params_sh, state_sh, replicated = self._placement
+        if kind == "step":  # (state, count, grads, params) -> (state, count, params)
+            donate, out = (0, 1), (state_sh, replicated, params_sh)
+        else:  # (variables, grads, params) -> (variables, params)
+            layout = self._require_built("stateless_apply")
+            variables = {ITERATIONS: replicated, **layout.to_dict(state_sh)}
+            donate, out = (0, 2), (variables, params_sh)
+        return jax.jit(
+            functools.partial(STEPS[kind], *statics),
+            donate_argnums=donate,
+            out_shardings=out,
+            compiler_options=options or None,
+        )
+
+    def _check_inputs(self, api: str, grads: Any, params: Params) -> bool:
+        """Raises unless ``params`` are those built and ``grads`` match them; warns of None.
+
+        Returns whether the inputs are traced (the call is inside ``jit``, ``pmap``, ...).
+
+        The full checks walk the trees in Python (several microseconds per leaf). Their
+        verdict depends only on the trees' structure and each leaf's shape and dtype, so
+        inputs whose structure and abstract values (`aval`, interned by JAX: compared by
+        identity) equal those of the last inputs that passed are accepted after one C++
+        flatten of each tree.
+        """
+        p_leaves, p_def = jax.tree.flatten(params)
+        g_leaves, g_def = jax.tree.flatten(grads)
+        nested = any(isinstance(x[0], Tracer) for x in (p_leaves, g_leaves) if x)
+        same_trees = p_def == self._treedef and g_def == p_def  # no None gradient either
+        try:
+            avals = ([x.aval for x in p_leaves], [g.aval for g in g_leaves])
+        except AttributeError:  # numbers or NumPy arrays: no aval
+            avals = None
+        if same_trees and avals is not None and avals == self._checked:
+            return nested
+        check_params(api, params, self._treedef, self._spec)
+        check_grads(api, grads, params)
+        missing_gradients(api, grads, params)
+        if same_trees and avals is not None:
+            self._checked = avals
+        return nested
+
+    @locked
+    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> jax.Array:
+        """Applies ``(gradient, variable)`` pairs to the variables in place; Keras's API.
+
+        Variables are `Variable` objects or Flax ``nnx.Variable`` objects; their names (or
+        positions) are their parameter paths. Returns the new `iterations`.
+        """
+        pairs = list(grads_and_vars)
+        for i, (_, var) in enumerate(pairs):
+            if not _is_variable(var):
+                raise TypeError(
+                    f"`apply_gradients` needs (gradient, variable) pairs whose variables are "
+                    f"optx.optimizers.Variable or flax.nnx.Variable. Received: pair {i} with "
+                    f"a {type(var).__name__}."
+                )
+        names = variable_names([v for _, v in pairs])
+        if not self.built:
+            self._names_by_id = {id(v): n for n, (_, v) in zip(names, pairs, strict=True)}
+        params = {n: _value(v) for n, (_, v) in zip(names, pairs, strict=True)}
+        grads = {n: g for n, (g, _) in zip(names, pairs, strict=True)}
+        self._calling = "apply_gradients"
+        try:
+            new = self.apply(grads, params)
+        finally:
+            self._calling = None
+        for n, (_, var) in zip(names, pairs, strict=True):
+            _assign(var, new[n])
+        return self.iterations
+
+    @locked
+    def stateless_apply(
+        self,
+        optimizer_variables: Mapping[str, Any],
+        grads: Any,
+        params: Params,
+        skip_gradients_aggregation: bool = False,
+    ) -> tuple[Params, dict[str, Any]]:
+        """The pure step: ``(variables, grads, params) -> (new params, new variables)``.
+
+        ``optimizer_variables`` is a dict like `variables`. Both it and ``params`` are
+        donated to the compiled step: do not use them afterwards.
+
+        With ``axis_name=`` set, the step averages ``grads`` over that axis first, so it
+        runs inside `jax.pmap` / `jax.shard_map`; ``skip_gradients_aggregation=True`` skips
+        that (the gradients are already reduced). Each variant is compiled once.
+
+        Raises:
+          ValueError: the optimizer is not built, the variables' keys differ from
+            `variables`', or the parameters differ from those it was built with.
+        """
+        layout = self._require_built("stateless_apply")
+        if not isinstance(optimizer_variables, Mapping):
+            raise TypeError(
+                f"`stateless_apply` needs optimizer_variables to be a dict keyed like "
+                f"`optimizer.variables`. Received: a {type(optimizer_variables).__name__}."
+            )
+        check_keys("stateless_apply", [ITERATIONS, *layout.order], optimizer_variables)
+        nested = self._check_inputs("stateless_apply", grads, params)
+        # The optimizer's own buffers (`variables` hands them out) are copied, not donated:
+        # the optimizer stays usable after a loop started from `opt.variables`.
+        own = set(map(id, jax.tree.leaves((self._state, self._count))))
+        variables = dict(optimizer_variables)
+        if not own.isdisjoint(map(id, variables.values())):  # built-ins: no Python loop
+            variables = {
+                k: jnp.array(v, copy=True) if id(v) in own else v for k, v in variables.items()
+            }
+        step = self._function("stateless", bool(skip_gradients_aggregation), nested)
+        new_variables, new_params = step(variables, grads, params)
+        # jit returns dicts with sorted keys; hand them back in `variables` order.
+        return new_params, {k: new_variables[k] for k in (ITERATIONS, *layout.order)}

@@ -71,3 +71,18 @@ def _assign(var: Any, value: jax.Array) -> None:
         var.value = value
     else:
         var.set_value(value)
+
+
+def variable_names(variables: list[Any]) -> list[str]:
+    """The parameter path of each variable: its name, or its position; made unique."""
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    for i, var in enumerate(variables):
+        name = getattr(var, "name", None)
+        name = name if isinstance(name, str) and name else str(i)
+        if name in seen:
+            seen[name] += 1
+            name = f"{name}_{seen[name]}"
+        seen.setdefault(name, 0)
+        names.append(name)
+    return names

@@ -1,18 +1,18 @@
 """What the stateful wrapper reads out of a functional state, and how it shows it.
 
-The EMA weights, the loss scale, and the text and HTML displays of an optimizer.
+The EMA weights, the loss scale, and the text and HTML displays of an optimizer. Each
+function takes the optimizer (a `StatefulBase`) as its argument: `StatefulBase` calls them.
 """
 
 from __future__ import annotations
 
 import html as html_lib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from optx._src import hyperparams as hp
 from optx._src.base import find_states
 from optx._src.combine import MaskedNode
 from optx._src.display import format_bytes as _bytes
@@ -21,27 +21,9 @@ from optx._src.display import short as _short
 from optx._src.ema_params import EmaParamsState
 from optx._src.loss_scale import DynamicLossScaleState, UnscaleGradientsState
 from optx._src.stateful.step import check_params
-from optx._src.stateful.variable import _assign, _is_variable, _value
-
-if TYPE_CHECKING:
-    from optx._src.stateful.stateful import StatefulBase as Optimizer
+from optx._src.stateful.variable import _assign, _is_variable, _value, variable_names
 
 _MASKED = lambda x: isinstance(x, MaskedNode)  # noqa: E731
-
-
-def variable_names(variables: list[Any]) -> list[str]:
-    """The parameter path of each variable: its name, or its position; made unique."""
-    names: list[str] = []
-    seen: dict[str, int] = {}
-    for i, var in enumerate(variables):
-        name = getattr(var, "name", None)
-        name = name if isinstance(name, str) and name else str(i)
-        if name in seen:
-            seen[name] += 1
-            name = f"{name}_{seen[name]}"
-        seen.setdefault(name, 0)
-        names.append(name)
-    return names
 
 
 def ema_weights(state: Any) -> Any | None:
@@ -58,7 +40,7 @@ def ema_weights(state: Any) -> Any | None:
     return jax.tree.unflatten(flat[0][1], merged)
 
 
-def finalize(opt: Optimizer, params: Any) -> Any:
+def finalize(opt: Any, params: Any) -> Any:
     """`Optimizer.finalize_variable_values`."""
     opt._require_built("finalize_variable_values")
     ema = ema_weights(opt._state)
@@ -92,28 +74,24 @@ def loss_scale(state: Any) -> jax.Array:
     return jnp.ones((), jnp.float32)
 
 
-def initial_loss_scale(opt: Optimizer) -> jax.Array:
+def initial_loss_scale(opt: Any) -> jax.Array:
     """The factor an unbuilt optimizer will scale the loss by."""
     return jnp.asarray(getattr(opt, "_initial_loss_scale", 1.0), jnp.float32)
 
 
-def hyperparameters(opt: Optimizer) -> dict[str, float]:
-    """The hyperparameters by their public names (``b1``, not ``one_minus_b1``)."""
+def hyperparameters(opt: Any) -> dict[str, float]:
+    """The hyperparameters by their public names, as the variables hold them."""
     if not opt.built:
         return {}
     values = opt.variables
     out = {}
     for key in opt._require_built("repr").hyperparams:
-        qualifier, _, stored = key.rpartition("/")
         value = np.asarray(values[key])
-        if stored.startswith(hp._ONE_MINUS):
-            stored, value = stored.removeprefix(hp._ONE_MINUS), 1 - value
-        name = f"{qualifier}/{stored}" if qualifier else stored
-        out[name] = float(value) if value.shape == () else value
+        out[key] = float(value) if value.shape == () else value
     return out
 
 
-def _slots(opt: Optimizer) -> list[tuple[str, int, int]]:
+def _slots(opt: Any) -> list[tuple[str, int, int]]:
     """(slot, arrays, bytes) of each slot name."""
     layout = opt._require_built("repr")
     values = opt.variables
@@ -125,16 +103,16 @@ def _slots(opt: Optimizer) -> list[tuple[str, int, int]]:
     return [(s, n, b) for s, (n, b) in rows.items()]
 
 
-def _memory(opt: Optimizer) -> int:
+def _memory(opt: Any) -> int:
     return sum(int(v.nbytes) for v in opt.variables.values())
 
 
-def _header(opt: Optimizer) -> str:
+def _header(opt: Any) -> str:
     args = opt._repr_args()
     return f"{type(opt).__name__}({args})"
 
 
-def text(opt: Optimizer) -> str:
+def text(opt: Any) -> str:
     """`Optimizer.__repr__`."""
     lines = [_header(opt)]
     if not opt.built:
@@ -159,7 +137,7 @@ def text(opt: Optimizer) -> str:
     return "\n".join(lines)
 
 
-def html(opt: Optimizer) -> str:
+def html(opt: Any) -> str:
     """`Optimizer._repr_html_`: the same as `text`, as tables."""
     esc = html_lib.escape
     parts = [f"<div><strong>{esc(_header(opt))}</strong>"]

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from optx._src import hyperparams as hp
 from optx._src.stateful.layout import Layout, check_keys
 from optx._src.stateful.step import ITERATIONS
 
@@ -69,6 +70,8 @@ class WeightsMixin:
         """Reads every variable from ``store`` by name; a missing or extra key is an error."""
         layout = self._require_built("load_own_variables")
         keys = [ITERATIONS, *layout.order]
+        if hp.is_legacy(store):  # an earlier release's names and stored form
+            store = layout.upgrade_legacy(store, self.variables)
         check_keys("load_own_variables", keys, store)
         self._load({k: store[k] for k in keys}, "load_own_variables")
 
@@ -86,7 +89,7 @@ class WeightsMixin:
                     f"`{api}` needs {key!r} of shape {old.shape} and dtype {old.dtype}. "
                     f"Received: shape {value.shape} and dtype {value.dtype}."
                 )
-            # Sharded parameters: back onto the shardings the state had (DESIGN D8).
+            # Sharded parameters: back onto the shardings the state had.
             placed = getattr(self, "_placement", None) is not None
             new[key] = jax.device_put(value, old.sharding) if placed else jnp.asarray(value)
         layout = self._require_built(api)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import abc
-import functools
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
@@ -11,45 +10,24 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.core import Tracer
 
 from optx._src import hyperparams as hp
 from optx._src import reprs
 from optx._src.base import GradientTransformationLike, Params
-from optx._src.compiler import compiler_options
 from optx._src.sharding import sharded_init
 from optx._src.stateful import views
 from optx._src.stateful.checkpoint import CheckpointMixin
+from optx._src.stateful.config import config_arguments
 from optx._src.stateful.gradients import GradientsMixin
-from optx._src.stateful.keras_args import config_arguments
-from optx._src.stateful.layout import Layout, carry_over, check_keys, own_buffers
-from optx._src.stateful.step import (
-    ITERATIONS,
-    STEPS,
-    check_dtypes,
-    check_grads,
-    check_params,
-    jitted,
-    missing_gradients,
-    spec,
-)
-from optx._src.stateful.variable import _assign, _is_variable, _value
+from optx._src.stateful.layout import Layout, carry_over, own_buffers
+from optx._src.stateful.locking import locked
+from optx._src.stateful.step import ITERATIONS, StepMixin, check_dtypes, spec
+from optx._src.stateful.variable import _is_variable, _value
 from optx._src.stateful.weights import WeightsMixin
 from optx._src.tree import is_param, path_name
 
 
-def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Runs ``method`` holding the optimizer's lock (see `StatefulBase`, thread safety)."""
-
-    @functools.wraps(method)
-    def locked(self: StatefulBase, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            return method(self, *args, **kwargs)
-
-    return locked
-
-
-class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.ABCMeta):
+class StatefulBase(StepMixin, GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.ABCMeta):
     """The state, its flat view and the compiled step shared by every stateful optimizer.
 
     The state is the transform's own, viewed as a flat dict (`variables`) keyed by
@@ -136,26 +114,42 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         self.__dict__.update(state)
         self.__dict__["_lock"] = threading.RLock()
 
-    @_locked
+    @locked
     def _replace_transform(self, transform: GradientTransformationLike) -> None:
         """Swaps the chain; a built optimizer carries its state over, key by key."""
         if not self.built:
             self._set_transform(transform)
             return
         old = dict(self.variables)
+        was_scheduled = _scheduled(self._require_built("rebuild"))
         self._set_transform(transform)
         leaves = [jnp.zeros(shape, dtype) for _, shape, dtype in self._spec]
         params = jax.tree.unflatten(self._treedef, leaves)
         if self._placement is not None:
             params = jax.device_put(params, self._placement[0])
-        self._state, _, self._placement = sharded_init(transform, params)
+        self._state, _, self._placement = self._init(transform, params)
         self._record(params)
-        self._load(carry_over(old, self.variables), "rebuild")
+        fresh = self.variables
+        values = carry_over(old, fresh)
+        layout = self._require_built("rebuild")
+        # A hyperparameter that became a schedule, or a constant, starts as the new
+        # configuration says (its value in force, scale and count), not as it was.
+        for key, scheduled in _scheduled(layout).items():
+            if was_scheduled.get(key, scheduled) != scheduled:
+                for k in (key, f"{key}/scale", f"{key}/count"):
+                    if k in fresh:
+                        values[k] = fresh[k]
+        # A schedule new to the chain continues at the steps taken, as if it had been there.
+        steps = self._steps_taken() // self._every_k()
+        for key in layout.schedule_counts:
+            if key not in old or not was_scheduled.get(key.rpartition("/")[0], True):
+                values[key] = jnp.asarray(steps, values[key].dtype)
+        self._load(values, "rebuild")
 
     def _inner_changed(self) -> None:
         """Called by an inner optimizer whose chain changed (see `MultiOptimizer`)."""
 
-    @_locked
+    @locked
     def _steps_taken(self) -> jax.Array:
         """The step count schedules see (steps applied): a copy, which no step donates."""
         return jnp.array(self._count, copy=True)
@@ -165,7 +159,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         """Whether `build` has run (it runs on the first step)."""
         return self._state is not None
 
-    @_locked
+    @locked
     def build(self, params: Params) -> None:
         """Creates the state for ``params`` (a pytree of arrays, or of `Variable` objects).
 
@@ -182,10 +176,21 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         check_dtypes("build", params)
         self._prepare(params, names)
         self._names_by_id = {}
-        # Sharded parameters: each slot on its parameter's sharding (DESIGN D8).
-        state, self._count, self._placement = sharded_init(self.transform, params)
+        # Sharded parameters: each slot on its parameter's sharding.
+        state, self._count, self._placement = self._init(self.transform, params)
         self._state = own_buffers(state, params)  # each donated leaf its own buffer
         self._record(params)
+
+    def _init(self, transform: GradientTransformationLike, params: Params) -> tuple[Any, ...]:
+        """`sharded_init`, the state (and its shardings) named by `_public_names`."""
+        state, count, placement = sharded_init(transform, params)
+        if placement is not None:
+            placement = (placement[0], self._public_names(placement[1]), placement[2])
+        return self._public_names(state), count, placement
+
+    def _public_names(self, state: Any) -> Any:
+        """Hook: the state as built, its hyperparameters named as the user knows them."""
+        return state
 
     def _prepare(self, params: Params, names_by_id: Mapping[int, str]) -> None:
         """Hook run by `build` before ``init``, for options that depend on the parameters.
@@ -226,66 +231,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
 
     # -- stepping -------------------------------------------------------------------------
 
-    def _function(
-        self, kind: str, skip_aggregation: bool = False, nested: bool = False
-    ) -> Callable[..., Any]:
-        """The step (``"step"``: on the state; ``"stateless"``: on the variables' dict).
-
-        ``nested``: called inside another transformation (``jit``, ``pmap``), where XLA
-        options cannot be given (the outer ``jit`` compiles the program).
-        """
-        key = f"{kind}/skip_aggregation" if skip_aggregation else kind
-        key += "/nested" if nested else ""
-        fn = self._compiled.get(key)
-        if fn is None:
-            statics: tuple[Any, ...] = (self._step_transform(skip_aggregation),)
-            if kind == "stateless":
-                statics += (self._require_built("stateless_apply"),)
-            try:
-                hash(statics)
-                hashable = True
-            except TypeError:
-                hashable = False
-            # XLA options for a donated step (`optx.compiler_options`), for the default backend.
-            options = {} if nested else compiler_options()
-            if not self.jit_compile:
-                fn = functools.partial(STEPS[kind], *statics)
-            elif self._placement is not None:
-                fn = self._sharded_step(kind, statics, options)
-            elif hashable:
-                # Shared by every optimizer with an equal chain: a rebuilt optimizer (a
-                # re-run notebook cell) hits the compile cache.
-                fn = functools.partial(jitted(kind, tuple(sorted(options.items()))), *statics)
-            else:
-                # Argument numbers of the partial: the statics are bound already.
-                donate = (0, 1) if kind == "step" else (0, 2)
-                fn = jax.jit(
-                    functools.partial(STEPS[kind], *statics),
-                    donate_argnums=donate,
-                    compiler_options=options or None,
-                )
-            self._compiled[key] = fn
-        return fn
-
-    def _sharded_step(
-        self, kind: str, statics: tuple[Any, ...], options: dict[str, Any]
-    ) -> Callable[..., Any]:
-        """The step pinned to the shardings `build` found: outputs keep them step after step."""
-        params_sh, state_sh, replicated = self._placement
-        if kind == "step":  # (state, count, grads, params) -> (state, count, params)
-            donate, out = (0, 1), (state_sh, replicated, params_sh)
-        else:  # (variables, grads, params) -> (variables, params)
-            layout = self._require_built("stateless_apply")
-            variables = {ITERATIONS: replicated, **layout.to_dict(state_sh)}
-            donate, out = (0, 2), (variables, params_sh)
-        return jax.jit(
-            functools.partial(STEPS[kind], *statics),
-            donate_argnums=donate,
-            out_shardings=out,
-            compiler_options=options or None,
-        )
-
-    @_locked
+    @locked
     def apply(self, grads: Any, params: Params) -> Params:
         """Applies one step of ``grads`` to ``params`` and returns the new parameters.
 
@@ -312,63 +258,6 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         )
         return new_params
 
-    def _check_inputs(self, api: str, grads: Any, params: Params) -> bool:
-        """Raises unless ``params`` are those built and ``grads`` match them; warns of None.
-
-        Returns whether the inputs are traced (the call is inside ``jit``, ``pmap``, ...).
-
-        The full checks walk the trees in Python (several microseconds per leaf). Their
-        verdict depends only on the trees' structure and each leaf's shape and dtype, so
-        inputs whose structure and abstract values (`aval`, interned by JAX: compared by
-        identity) equal those of the last inputs that passed are accepted after one C++
-        flatten of each tree.
-        """
-        p_leaves, p_def = jax.tree.flatten(params)
-        g_leaves, g_def = jax.tree.flatten(grads)
-        nested = any(isinstance(x[0], Tracer) for x in (p_leaves, g_leaves) if x)
-        same_trees = p_def == self._treedef and g_def == p_def  # no None gradient either
-        try:
-            avals = ([x.aval for x in p_leaves], [g.aval for g in g_leaves])
-        except AttributeError:  # numbers or NumPy arrays: no aval
-            avals = None
-        if same_trees and avals is not None and avals == self._checked:
-            return nested
-        check_params(api, params, self._treedef, self._spec)
-        check_grads(api, grads, params)
-        missing_gradients(api, grads, params)
-        if same_trees and avals is not None:
-            self._checked = avals
-        return nested
-
-    @_locked
-    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> jax.Array:
-        """Applies ``(gradient, variable)`` pairs to the variables in place; Keras's API.
-
-        Variables are `Variable` objects or Flax ``nnx.Variable`` objects; their names (or
-        positions) are their parameter paths. Returns the new `iterations`.
-        """
-        pairs = list(grads_and_vars)
-        for i, (_, var) in enumerate(pairs):
-            if not _is_variable(var):
-                raise TypeError(
-                    f"`apply_gradients` needs (gradient, variable) pairs whose variables are "
-                    f"optx.optimizers.Variable or flax.nnx.Variable. Received: pair {i} with "
-                    f"a {type(var).__name__}."
-                )
-        names = views.variable_names([v for _, v in pairs])
-        if not self.built:
-            self._names_by_id = {id(v): n for n, (_, v) in zip(names, pairs, strict=True)}
-        params = {n: _value(v) for n, (_, v) in zip(names, pairs, strict=True)}
-        grads = {n: g for n, (g, _) in zip(names, pairs, strict=True)}
-        self._calling = "apply_gradients"
-        try:
-            new = self.apply(grads, params)
-        finally:
-            self._calling = None
-        for n, (_, var) in zip(names, pairs, strict=True):
-            _assign(var, new[n])
-        return self.iterations
-
     def _clip_transform(self) -> Any:
         """The clipping of the gradients, or ``None`` (the Keras classes override it)."""
         return None
@@ -378,52 +267,10 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         del skip_aggregation
         return self.transform
 
-    @_locked
-    def stateless_apply(
-        self,
-        optimizer_variables: Mapping[str, Any],
-        grads: Any,
-        params: Params,
-        skip_gradients_aggregation: bool = False,
-    ) -> tuple[Params, dict[str, Any]]:
-        """The pure step: ``(variables, grads, params) -> (new params, new variables)``.
-
-        ``optimizer_variables`` is a dict like `variables`. Both it and ``params`` are
-        donated to the compiled step: do not use them afterwards.
-
-        With ``axis_name=`` set, the step averages ``grads`` over that axis first, so it
-        runs inside `jax.pmap` / `jax.shard_map`; ``skip_gradients_aggregation=True`` skips
-        that (the gradients are already reduced). Each variant is compiled once.
-
-        Raises:
-          ValueError: the optimizer is not built, the variables' keys differ from
-            `variables`', or the parameters differ from those it was built with.
-        """
-        layout = self._require_built("stateless_apply")
-        if not isinstance(optimizer_variables, Mapping):
-            raise TypeError(
-                f"`stateless_apply` needs optimizer_variables to be a dict keyed like "
-                f"`optimizer.variables`. Received: a {type(optimizer_variables).__name__}."
-            )
-        check_keys("stateless_apply", [ITERATIONS, *layout.order], optimizer_variables)
-        nested = self._check_inputs("stateless_apply", grads, params)
-        # The optimizer's own buffers (`variables` hands them out) are copied, not donated:
-        # the optimizer stays usable after a loop started from `opt.variables`.
-        own = set(map(id, jax.tree.leaves((self._state, self._count))))
-        variables = dict(optimizer_variables)
-        if not own.isdisjoint(map(id, variables.values())):  # built-ins: no Python loop
-            variables = {
-                k: jnp.array(v, copy=True) if id(v) in own else v for k, v in variables.items()
-            }
-        step = self._function("stateless", bool(skip_gradients_aggregation), nested)
-        new_variables, new_params = step(variables, grads, params)
-        # jit returns dicts with sorted keys; hand them back in `variables` order.
-        return new_params, {k: new_variables[k] for k in (ITERATIONS, *layout.order)}
-
     # -- state access ---------------------------------------------------------------------
 
     @property
-    @_locked
+    @locked
     def variables(self) -> dict[str, jax.Array]:
         """The state as ``{name: array}`` (a snapshot; the next step donates its buffers)."""
         layout = self._require_built("variables") if self.built else None
@@ -464,7 +311,7 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
 
     lr = learning_rate
 
-    @_locked
+    @locked
     def _get_hyper(self, name: str) -> Any:
         if not self.built:
             raise ValueError(
@@ -473,10 +320,15 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
             )
         keys = self._hyper_keys(name)
         if len(keys) != 1:
+            fix = (
+                "read and write `variables` by those keys instead."
+                if keys
+                else "give the transform one (an optx optimizer, or optax's `inject_hyperparams`)."
+            )
             raise AttributeError(
                 f"`{name}` needs exactly one hyperparameter of that name in the state. "
                 f"Received: a state holding {len(keys)} ({', '.join(map(repr, keys)) or 'none'}); "
-                f"use `optx.get_hyperparams` / `optx.set_hyperparams`."
+                f"{fix}"
             )
         return jnp.array(self.variables[keys[0]], copy=True)
 
@@ -485,21 +337,18 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
         (key,) = self._hyper_keys(name)
         self._write(key, value)
 
-    @_locked
+    @locked
     def _write(self, key: str, value: Any, rule: Any = None) -> None:
         """Writes the public ``value`` of the hyperparameter held at ``key`` in the state."""
         layout = self._require_built(key)
-        values = layout.to_dict(self._state)
-        old = values[key]
         if isinstance(value, jax.core.Tracer) or np.ndim(value) != 0:
             raise TypeError(f"`{key}` needs a number. Received: {key}={value!r}.")
-        stored = key.rpartition("/")[2]
-        public = stored.removeprefix(hp._ONE_MINUS)
-        value = hp.validate(self.name, public, value, rule)
-        if stored != public:  # a decay, kept as 1 - value (computed in float64)
-            value = 1.0 - float(value)
-        values[key] = jnp.asarray(value, old.dtype)
-        self._state = layout.from_dict(key, values)
+        if rule is not None:
+            hp.validate(self.name, key.rpartition("/")[2], value, rule)
+        state = self._state
+        for found in layout.found[key]:
+            state = hp.set_found(state, found, value, self.name)
+        self._state = state
 
     def finalize_variable_values(self, params: Any) -> Any:
         """The parameters replaced by their moving average, where the state keeps one.
@@ -546,3 +395,8 @@ class StatefulBase(GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.
 
     def _repr_html_(self) -> str:
         return views.html(self)
+
+
+def _scheduled(layout: Any) -> dict[str, bool]:
+    """``{hyperparameter key: whether it is scheduled}`` of a layout."""
+    return {key: founds[0].entry.scheduled for key, founds in layout.found.items()}
