@@ -364,3 +364,23 @@ def test_scale_scheduled_hyperparameter_multiplies_later_values() -> None:
         rate = 0.25 * float(lr(t))
         np.testing.assert_allclose(updates["w"], -rate * np.ones(3), rtol=1e-6)
         np.testing.assert_allclose(optx.get_hyperparams(state)["learning_rate"], rate, rtol=1e-6)
+
+
+def test_keras_attribute_switches_between_a_schedule_and_a_number() -> None:
+    schedule = optx.optimizers.schedules.ExponentialDecay(0.9, 1, 0.9)
+    opt = optx.optimizers.Adam(1e-3, beta_1=schedule)
+    params = {"w": jnp.ones(3)}
+    for _ in range(3):
+        params = opt.apply({"w": jnp.ones(3)}, params)
+    np.testing.assert_allclose(opt.variables["beta_1"], 0.9 * 0.9**2, rtol=1e-6)
+    # A number replaces the schedule: in force at once, and kept by the steps.
+    opt.beta_1 = 0.4
+    assert float(opt.variables["beta_1"]) == np.float32(0.4)
+    assert "beta_1/count" not in opt.variables
+    params = opt.apply({"w": jnp.ones(3)}, params)
+    assert float(opt.variables["beta_1"]) == np.float32(0.4)
+    # A schedule again: it goes on at the steps taken (4), not from 0.
+    opt.beta_1 = schedule
+    assert int(opt.variables["beta_1/count"]) == 4
+    opt.apply({"w": jnp.ones(3)}, params)
+    np.testing.assert_allclose(opt.variables["beta_1"], 0.9 * 0.9**4, rtol=1e-6)

@@ -1,0 +1,259 @@
+"""Declaring a hyperparameter: `hyperparam`, its range rules, and the checks of its value.
+
+A transform declares each numeric hyperparameter once, as a dataclass field made by
+`hyperparam` (its default, its range rule, whether it is a decay rate); `Transform`
+validates the value it is given with `check`: a number in range, or a schedule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import math
+import numbers
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.core import Tracer
+
+from optx._src import reprs
+
+_DTYPE = jnp.float32
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_META = "optx_hyperparam"
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """A range rule: ``description`` for messages, ``check`` on a finite float."""
+
+    description: str
+    check: Callable[[float], bool] = dataclasses.field(compare=True)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.description, self.check))
+
+
+def _nonneg(v: float) -> bool:
+    return v >= 0
+
+
+def _unit_open(v: float) -> bool:
+    return 0 <= v < 1
+
+
+def _unit_closed(v: float) -> bool:
+    return 0 <= v <= 1
+
+
+def _positive(v: float) -> bool:
+    return v > 0
+
+
+def _any(v: float) -> bool:
+    del v
+    return True
+
+
+NONNEG = Range("finite and >= 0", _nonneg)
+UNIT_OPEN = Range("in [0, 1)", _unit_open)
+UNIT_CLOSED = Range("in [0, 1]", _unit_closed)
+POSITIVE = Range("finite and > 0", _positive)
+FINITE = Range("finite", _any)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """How a transform declares one numeric hyperparameter (see `field`)."""
+
+    rule: Range = FINITE
+    decay: bool = False
+    optional: bool = False
+
+
+_RULE_NAMES = {
+    "finite": FINITE,
+    ">= 0": NONNEG,
+    "> 0": POSITIVE,
+    "[0, 1)": UNIT_OPEN,
+    "[0, 1]": UNIT_CLOSED,
+}
+
+
+def hyperparam(
+    default: Any = dataclasses.MISSING,
+    rule: Range | str = FINITE,
+    *,
+    decay: bool = False,
+    optional: bool = False,
+) -> Any:
+    """Declares a numeric hyperparameter of a transform (a dataclass field).
+
+    Args:
+      default: the default value (a number, or ``None`` where ``optional``).
+      rule: the values it accepts: ``"finite"``, ``">= 0"``, ``"> 0"``, ``"[0, 1)"`` or
+        ``"[0, 1]"`` (or a `Range`).
+      decay: a decay rate ``b``, kept in the state as ``1 - b`` (for precision).
+      optional: ``None`` switches it off (it is then not in the state).
+
+    Returns:
+      A `dataclasses.field` that `Transform` validates in ``__post_init__`` and stores in
+      the state's `HyperParams` at ``init``. A schedule (any callable) is accepted in place
+      of a number.
+
+    Example:
+      >>> import dataclasses, typing, jax, jax.numpy as jnp, optx
+      >>> class DecayState(typing.NamedTuple):
+      ...     hyperparams: optx.HyperParams
+      >>> @dataclasses.dataclass(frozen=True, repr=False)
+      ... class Shrink(optx.Transform):
+      ...     name = "shrink"
+      ...     rate: float = optx.hyperparam(0.9, "[0, 1]")
+      ...
+      ...     def init(self, params):
+      ...         return DecayState(self.init_hyperparams())
+      ...
+      ...     def update(self, updates, state, params=None, **extra):
+      ...         r = state.hyperparams["rate"]
+      ...         return jax.tree.map(lambda u: u * r, updates), state
+      >>> Shrink(1.5)
+      Traceback (most recent call last):
+      ValueError: `shrink` needs rate in [0, 1]. Received: rate=1.5.
+      >>> tx = Shrink(lambda count: 0.5 ** count)  # a schedule
+      >>> state = tx.init(None)
+      >>> tx.update({"w": jnp.ones(1)}, state)[0]
+      {'w': Array([1.], dtype=float32)}
+    """
+    if isinstance(rule, str):
+        if rule not in _RULE_NAMES:
+            raise ValueError(
+                f"`optx.hyperparam` needs rule to be one of "
+                f"{', '.join(map(repr, _RULE_NAMES))}. Received: rule={rule!r}."
+            )
+        rule = _RULE_NAMES[rule]
+    spec = Spec(rule, decay, optional)
+    return dataclasses.field(default=default, metadata={_META: spec})
+
+
+# The short name the built-in transforms declare their fields with (``hp.field(0.9, ...)``).
+field = hyperparam
+
+
+@functools.cache
+def specs(cls: type) -> tuple[tuple[str, Spec], ...]:
+    """``(field name, Spec)`` of each hyperparameter a transform class declares, in order."""
+    if not dataclasses.is_dataclass(cls):
+        return ()
+    return tuple(
+        (f.name, f.metadata[_META]) for f in dataclasses.fields(cls) if _META in f.metadata
+    )
+
+
+_CALLER: contextvars.ContextVar[str | None] = contextvars.ContextVar("optx_caller", default=None)
+_NAMES: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "optx_caller_names", default=None
+)
+
+
+@contextlib.contextmanager
+def caller(api: str, names: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Names ``api`` in the errors of the building blocks built inside this context.
+
+    An optimizer factory such as `adam` builds its building blocks in ``caller("adam")``, so
+    ``adam(learning_rate=-1)`` reports "`adam` needs ...", the call the user made.
+    ``names`` maps a building block's argument names to the caller's (``{"b1": "adam_b1"}``)
+    so that the message names the argument the user gave. The outermost caller wins.
+    """
+    token = _CALLER.set(_CALLER.get() or api)
+    names_token = _NAMES.set(_NAMES.get() or names)
+    try:
+        yield
+    finally:
+        _NAMES.reset(names_token)
+        _CALLER.reset(token)
+
+
+def current(api: str) -> str:
+    """The name to report in errors: the enclosing `caller`'s, else ``api``."""
+    return _CALLER.get() or api
+
+
+def shown(name: str) -> str:
+    """The name to report for a building block's argument ``name`` (see `caller`)."""
+    return (_NAMES.get() or {}).get(name, name)
+
+
+def validate(
+    api: str, name: str, value: Any, range_rule: Any = None, *, schedules: bool = True
+) -> float:
+    """Checks a concrete hyperparameter value and returns it as a Python float.
+
+    ``schedules``: whether the caller also takes a schedule (said in the message).
+
+    Raises:
+      TypeError: ``value`` is not a real number (or is traced: a transform holds no arrays).
+      ValueError: ``value`` is outside ``range_rule`` (default `FINITE`), or not finite in
+        float32 (the dtype it is held in).
+    """
+    api = _CALLER.get() or api
+    # The rule is the building block's field's; the message names the caller's argument.
+    field_name, name = name, shown(name)
+    if isinstance(value, Tracer):
+        raise TypeError(
+            f"`{api}` needs {name} to be a concrete number when the transform is built "
+            f"(transforms hold no arrays). Received: {name}={value!r}. To change it inside a "
+            f"traced function, use `optx.set_hyperparams(state, {field_name}=...)`."
+        )
+    if isinstance(value, bool | np.bool_) or not _is_real_scalar(value):
+        what = "a real number or a schedule (a function of the step count)"
+        hint = ""
+        if not schedules:
+            what = "a real number"
+            if is_schedule(value):
+                hint = " A schedule is given when the transform is built."
+        raise TypeError(
+            f"`{api}` needs {name} to be {what}. Received: {name}={reprs.short(value)} of "
+            f"type {type(value).__name__}.{hint}"
+        )
+    number = float(value)
+    description, ok = range_rule or FINITE
+    if not math.isfinite(number) or not ok(number):
+        raise ValueError(f"`{api}` needs {name} {description}. Received: {name}={value!r}.")
+    if abs(number) > _FLOAT32_MAX:
+        raise ValueError(
+            f"`{api}` needs {name} {description} in float32 (hyperparameters are float32 "
+            f"scalars, at most {_FLOAT32_MAX:.4g} in magnitude). Received: {name}={value!r}."
+        )
+    return number
+
+
+def _is_real_scalar(value: Any) -> bool:
+    if isinstance(value, numbers.Real):
+        return True
+    if isinstance(value, np.ndarray | jax.Array | np.generic):
+        return (
+            np.shape(value) == ()
+            # jnp.issubdtype knows ml_dtypes' floats (bfloat16, float8); np.issubdtype does not.
+            and jnp.issubdtype(np.asarray(value).dtype, jnp.number)
+            and (not jnp.issubdtype(np.asarray(value).dtype, jnp.complexfloating))
+        )
+    return False
+
+
+def is_schedule(value: Any) -> bool:
+    """Whether a hyperparameter's value is a schedule (a function of the step count)."""
+    return callable(value) and not isinstance(value, type)
+
+
+def check(api: str, name: str, value: Any, spec: Spec) -> Any:
+    """A declared hyperparameter's value as a transform keeps it: a float or a schedule."""
+    if value is None and spec.optional:
+        return None
+    if is_schedule(value):
+        return value
+    return validate(api, name, value, spec.rule)

@@ -1,0 +1,442 @@
+"""The stored form of hyperparameters: the `HyperParams` node a transform's state holds.
+
+Its leaves are the values in force (float32 scalars, by public name), a decay's float32
+rounding residual, and a schedule's scale and step count; its static part an `Entry` per
+hyperparameter. This module alone builds and changes them (and reads an earlier release's
+stored form); the others go through its methods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.core import Tracer
+
+from optx._src import reprs
+from optx._src.hyperparams.declare import (
+    _DTYPE,
+    _FLOAT32_MAX,
+    FINITE,
+    Range,
+    is_schedule,
+    specs,
+    validate,
+)
+
+# --- The stored form ---------------------------------------------------------------------
+
+
+def _split(decay: bool, value: Any) -> tuple[jax.Array, jax.Array | None]:
+    """``(value, residual)``: the float32 value, and for a decay what float32 rounded off.
+
+    A Python or NumPy number's residual is ``value - float32(value)`` computed in float64,
+    so ``1 - value`` is recovered to float32 round-off as ``(1 - v) - residual`` (``1 - v``
+    is exact for ``v`` in [0.5, 1]): in float32, ``0.999`` is off by 1.3e-8, which is
+    1.3e-5 of ``1 - 0.999``. An array's (a traced value's) residual is 0.
+    """
+    if isinstance(value, Tracer | jax.Array):
+        v = jnp.asarray(value, _DTYPE)
+        return v, (jnp.zeros_like(v) if decay else None)
+    exact = np.asarray(value, np.float64)
+    v = np.asarray(exact, np.float32)
+    if not decay:
+        return jnp.asarray(v), None
+    return jnp.asarray(v), jnp.asarray(np.asarray(exact - v.astype(np.float64), np.float32))
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """The static part of one hyperparameter in a state.
+
+    Attributes:
+      name: its public name (the argument the user passed: ``"b1"``, ``"beta_1"``).
+      field: the transform's field that holds its value or schedule.
+      rule: the values it accepts.
+      decay: a decay rate: the state also keeps its float32 rounding residual.
+      scheduled: given as a schedule (the state also keeps a scale and a step count).
+      base: the name its transform gave it, where `renamed` changed ``name``.
+    """
+
+    name: str
+    field: str
+    rule: Range
+    decay: bool
+    scheduled: bool
+    base: str = ""
+
+
+def _named(entries: tuple[Entry, ...], which: str) -> list[str]:
+    return [e.name for e in entries if getattr(e, which)]
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class HyperParams:
+    """The hyperparameters of one transform, as its state holds them.
+
+    Its leaves are the values in force, float32 scalars keyed by public name, in
+    declaration order; then, where there are any, the decays' rounding residuals
+    (``.residual[name]``), the schedules' scales (``.scale[name]``) and the schedules' step
+    count (``.count``). The static part (an `Entry` per hyperparameter) carries names,
+    rules and encodings.
+
+    A transform reads values in force with ``h[field]`` and ``1 - b`` of a decay with
+    ``h.complement(field)``. It reads as a mapping from public names to values in force
+    (``h.items()``, ``dict(h)``). Users read and change them with `get_hyperparams`,
+    `set_hyperparams` and `scale_hyperparams`.
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> state = optx.sgd(0.1, momentum=0.9).init({"w": jnp.zeros(2)})
+      >>> state[0].hyperparams
+      HyperParams(momentum=0.9)
+      >>> state[0].hyperparams["decay"]  # `trace`'s field, which `sgd` calls momentum
+      Array(0.9, dtype=float32)
+    """
+
+    __slots__ = ("count", "entries", "in_force", "residuals", "scales")
+
+    def __init__(
+        self,
+        entries: tuple[Entry, ...],
+        values: tuple[Any, ...],
+        residuals: tuple[Any, ...] = (),
+        scales: tuple[Any, ...] = (),
+        count: Any = None,
+    ) -> None:
+        self.entries = entries
+        self.in_force = tuple(values)
+        self.residuals = tuple(residuals)
+        self.scales = tuple(scales)
+        self.count = count
+
+    # -- pytree --
+    def tree_flatten_with_keys(self) -> tuple[list[tuple[Any, Any]], Any]:
+        key, attr = jax.tree_util.DictKey, jax.tree_util.GetAttrKey
+        children: list[tuple[Any, Any]] = [
+            (key(e.name), v) for e, v in zip(self.entries, self.in_force, strict=True)
+        ]
+        decays = _named(self.entries, "decay")
+        if decays:
+            children.append((attr("residual"), dict(zip(decays, self.residuals, strict=True))))
+        # The structure follows the static entries alone (a tree of `None`s keeps it).
+        scheduled = _named(self.entries, "scheduled")
+        if scheduled:
+            children.append((attr("scale"), dict(zip(scheduled, self.scales, strict=True))))
+            children.append((attr("count"), self.count))
+        return children, self.entries
+
+    @classmethod
+    def tree_unflatten(cls, entries: tuple[Entry, ...], children: list[Any]) -> HyperParams:
+        n = len(entries)
+        rest = list(children[n:])
+
+        def take(which: str) -> tuple[Any, ...]:
+            names = _named(entries, which)
+            if not names:
+                return ()
+            d = rest.pop(0)
+            if isinstance(d, Mapping):
+                return tuple(d[k] for k in names)
+            return tuple(d) if isinstance(d, list | tuple) else (d,) * len(names)
+
+        residuals = take("decay")
+        scales = take("scheduled")
+        count = rest.pop(0) if scales else None
+        return cls(entries, tuple(children[:n]), residuals, scales, count)
+
+    def __eq__(self, other: object) -> bool:
+        # As a NamedTuple of its parts: a tree of shardings compares equal to another.
+        if not isinstance(other, HyperParams):
+            return NotImplemented
+        return (self.entries, self.in_force, self.residuals, self.scales, self.count) == (
+            other.entries,
+            other.in_force,
+            other.residuals,
+            other.scales,
+            other.count,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        items = ", ".join(f"{e.name}={_shown(v)}" for e, v in self.public_items())
+        return f"HyperParams({items})"
+
+    def _replace(self, **changes: Any) -> HyperParams:
+        fields = {
+            "entries": self.entries,
+            "values": self.in_force,
+            "residuals": self.residuals,
+            "scales": self.scales,
+            "count": self.count,
+        }
+        fields.update(changes)
+        return HyperParams(**fields)
+
+    # -- reading, for transforms --
+    @property
+    def scheduled(self) -> bool:
+        """Whether any hyperparameter here is a schedule."""
+        return any(e.scheduled for e in self.entries)
+
+    def _index(self, field_name: str) -> int:
+        for i, e in enumerate(self.entries):
+            if e.field == field_name:
+                return i
+        for i, e in enumerate(self.entries):  # by public name, as a dict of them reads
+            if e.name == field_name:
+                return i
+        raise KeyError(
+            f"This state holds no hyperparameter {field_name!r}. It holds: "
+            f"{', '.join(repr(e.field) for e in self.entries) or 'none'}."
+        )
+
+    def _slot(self, i: int, which: str) -> int:
+        """Position of entry ``i`` among the residuals (``"decay"``) or scales."""
+        return sum(1 for e in self.entries[:i] if getattr(e, which))
+
+    def __contains__(self, field_name: object) -> bool:
+        return any(field_name in (e.field, e.name) for e in self.entries)
+
+    # A read-only mapping from public names to values in force, as a dict of them was.
+    def __iter__(self) -> Iterator[str]:
+        return iter(e.name for e in self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def keys(self) -> list[str]:
+        """The public names, in declaration order."""
+        return [e.name for e in self.entries]
+
+    def values(self) -> list[Any]:
+        """The values in force, in declaration order."""
+        return list(self.in_force)
+
+    def items(self) -> list[tuple[str, Any]]:
+        """``(public name, value in force)`` pairs."""
+        return [(e.name, v) for e, v in zip(self.entries, self.in_force, strict=True)]
+
+    def __getitem__(self, field_name: str) -> Any:
+        """The value in force of the hyperparameter held by field ``field_name``."""
+        return self.in_force[self._index(field_name)]
+
+    def complement(self, field_name: str) -> Any:
+        """``1 - value``, to float32 round-off of the exact value for a decay."""
+        i = self._index(field_name)
+        v = self.in_force[i]
+        if not self.entries[i].decay:
+            return 1 - v
+        return (1 - v) - self.residuals[self._slot(i, "decay")]
+
+    def public_items(self) -> list[tuple[Entry, Any]]:
+        """``(entry, value in force)`` of each hyperparameter."""
+        return list(zip(self.entries, self.in_force, strict=True))
+
+    def _with_value(self, i: int, new: Any, values: list[Any], residuals: list[Any]) -> None:
+        e = self.entries[i]
+        v, r = _split(e.decay, new)
+        values[i] = _like(v, self.in_force[i])
+        if e.decay:
+            j = self._slot(i, "decay")
+            residuals[j] = _like(r, self.residuals[j])
+
+    # -- schedules --
+    def owned_by(self, cls: type) -> bool:
+        """Whether transforms of class ``cls`` declare these (scheduled) hyperparameters."""
+        fields = {name for name, _ in specs(cls)}
+        return all(e.field in fields for e in self.entries if e.scheduled)
+
+    def advance(self, tx: Any) -> HyperParams:
+        """Evaluates the schedules of ``tx`` at this step; the values go in force."""
+        if not self.scheduled:
+            return self
+        values, residuals = list(self.in_force), list(self.residuals)
+        for i, e in enumerate(self.entries):
+            if e.scheduled:
+                raw = jnp.asarray(getattr(tx, e.field)(self.count), _DTYPE)
+                scaled = self.scales[self._slot(i, "scheduled")] * raw
+                self._with_value(i, scaled, values, residuals)
+        count = jnp.asarray(self.count)
+        top = jnp.iinfo(count.dtype).max
+        count = jnp.where(count < top, count + 1, top).astype(count.dtype)
+        return self._replace(values=tuple(values), residuals=tuple(residuals), count=count)
+
+    def at(self, tx: Any, field_name: str, count: Any) -> Any:
+        """The value of ``field_name`` at step ``count``: its schedule there, or the constant.
+
+        The schedule is multiplied by its scale. For a transform that reads a schedule at
+        another step than the one in force (schedule-free's averaging weight).
+        """
+        i = self._index(field_name)
+        if not self.entries[i].scheduled:
+            return self.in_force[i]
+        scale = self.scales[self._slot(i, "scheduled")]
+        return scale * jnp.asarray(getattr(tx, field_name)(count), _DTYPE)
+
+    # -- writing, by public name --
+    def replaced(self, i: int, new: Any, api: str, shown_name: str) -> HyperParams:
+        """A copy with hyperparameter ``i`` set to ``new`` (the rule of `set_hyperparams`)."""
+        e, in_force = self.entries[i], _unwrap(self.in_force[i])
+        new = _checked(api, shown_name, e, new, in_force)
+        values, residuals, scales = list(self.in_force), list(self.residuals), list(self.scales)
+        if e.scheduled:
+            j = self._slot(i, "scheduled")
+            if not isinstance(in_force, Tracer) and np.any(np.asarray(in_force) == 0):
+                raise ValueError(
+                    f"`{api}` cannot set the scheduled hyperparameter {shown_name}: the "
+                    f"schedule's value in force is 0, so no factor of it gives the new "
+                    f"value. Received: {shown_name}={reprs.short(new)}. Use "
+                    f"`optx.scale_hyperparams(state, {shown_name}=factor)` to scale the "
+                    f"schedule, or rebuild the optimizer with a constant."
+                )
+            factor = jnp.asarray(new, _DTYPE) / in_force
+            scales[j] = _like(_unwrap(scales[j]) * factor, scales[j])
+        self._with_value(i, new, values, residuals)
+        return self._replace(values=tuple(values), residuals=tuple(residuals), scales=tuple(scales))
+
+    def multiplied(self, i: int, factor: Any, api: str, shown_name: str) -> HyperParams:
+        """A copy with hyperparameter ``i`` (and its schedule, from now on) times ``factor``."""
+        e, in_force = self.entries[i], _unwrap(self.in_force[i])
+        what = f"the factor of {shown_name}"
+        factor = _checked(api, what, dataclasses.replace(e, rule=FINITE), factor, in_force)
+        values, residuals, scales = list(self.in_force), list(self.residuals), list(self.scales)
+        new = in_force * jnp.asarray(factor, _DTYPE)
+        if not isinstance(new, Tracer):
+            _check_in_range(api, shown_name, e, new)
+        self._with_value(i, new, values, residuals)
+        if e.scheduled:
+            j = self._slot(i, "scheduled")
+            scales[j] = _like(_unwrap(scales[j]) * jnp.asarray(factor, _DTYPE), scales[j])
+        return self._replace(values=tuple(values), residuals=tuple(residuals), scales=tuple(scales))
+
+
+def _shown(v: Any) -> str:
+    if isinstance(v, jax.Array) and not isinstance(v, Tracer) and v.shape == ():
+        return f"{float(v):.7g}"
+    return reprs.short(v)
+
+
+def _unwrap(leaf: Any) -> Any:
+    """The array of a leaf; a container that holds one (a Flax `Variable`) gives it up."""
+    if leaf is None or isinstance(leaf, jax.Array | np.ndarray | np.generic | float | int):
+        return leaf
+    inner = jax.tree.leaves(leaf)
+    return inner[0] if len(inner) == 1 else leaf
+
+
+def _like(new: Any, old: Any) -> Any:
+    """``new`` shaped and typed as ``old``, in ``old``'s container if it has one."""
+    raw = _unwrap(old)
+    value = jnp.broadcast_to(jnp.asarray(_unwrap(new), jnp.result_type(raw)), np.shape(raw))
+    if raw is old:
+        return value
+    return jax.tree.unflatten(jax.tree.structure(old), [value])
+
+
+def _checked(api: str, name: str, entry: Entry, new: Any, leaf: Any) -> Any:
+    """``new`` validated (where concrete) and shaped for ``leaf``."""
+    if is_schedule(new) or (not isinstance(new, Tracer) and np.shape(new) == ()):
+        new = validate(api, name, new, entry.rule, schedules=False)
+    elif not isinstance(new, Tracer):
+        _check_in_range(api, name, entry, new)
+    shape = np.shape(new)
+    if shape not in ((), np.shape(leaf)):
+        raise ValueError(
+            f"`{api}` needs {name} to be a scalar (or of the stored shape "
+            f"{np.shape(leaf)}). Received: {name} of shape {shape}."
+        )
+    return new
+
+
+def _check_in_range(api: str, name: str, entry: Entry, new: Any) -> None:
+    values = np.asarray(new, np.float64).ravel()
+    bad = [v for v in values if not (math.isfinite(v) and entry.rule.check(float(v)))]
+    if bad or (values.size and np.max(np.abs(values)) > _FLOAT32_MAX):
+        raise ValueError(
+            f"`{api}` needs {name} {entry.rule.description}. Received: {name} holding "
+            f"{reprs.short(bad[0] if bad else float(np.max(np.abs(values))))}."
+        )
+
+
+def create(tx: Any, extra: tuple[tuple[str, float], ...] = ()) -> HyperParams:
+    """The initial `HyperParams` of transform ``tx``, from its declared fields.
+
+    ``extra`` adds constants that ``tx`` holds in another form (a Keras-style subclass's own
+    numbers): ``(name, value)`` pairs, any finite value.
+    """
+    names = tx.public_names()
+    unused = tx.unused_hyperparams()
+    entries, values, residuals, scales = [], [], [], []
+    for field_name, spec in specs(type(tx)):
+        value = getattr(tx, field_name)
+        if (value is None and spec.optional) or field_name in unused:
+            continue
+        scheduled = is_schedule(value)
+        name = names.get(field_name, field_name)
+        entries.append(Entry(name, field_name, spec.rule, spec.decay, scheduled))
+        if scheduled:
+            # The value in force before the first step is the schedule's at step 0.
+            value = jnp.asarray(value(jnp.zeros([], jnp.int32)), _DTYPE)
+            scales.append(jnp.ones([], _DTYPE))
+        v, r = _split(spec.decay, value)
+        values.append(v)
+        if spec.decay:
+            residuals.append(r)
+    for name, value in extra:
+        entries.append(Entry(name, name, FINITE, False, False))
+        values.append(_split(False, value)[0])
+    count = jnp.zeros([], jnp.int32) if scales else None
+    return HyperParams(tuple(entries), tuple(values), tuple(residuals), tuple(scales), count)
+
+
+def value(stored: HyperParams, name: str) -> jax.Array:
+    """The value in force of hyperparameter (field) ``name``."""
+    return stored[name]
+
+
+def complement(stored: HyperParams, name: str) -> jax.Array:
+    """``1 - name``, exactly where it is stored (a decay)."""
+    return stored.complement(name)
+
+
+def bias_correction(stored: HyperParams, name: str, count: jax.Array) -> jax.Array:
+    """``1 - b**count`` for the decay ``b`` = ``name``, computed from the stored ``1 - b``.
+
+    ``1 - b**t`` in float32 cancels the digits that storing ``1 - b`` keeps: ``float32(b)``
+    is up to 3e-8 off, which is 3e-3 of ``1 - b`` for ``b = 0.99999``. As
+    ``-expm1(t * log1p(-(1 - b)))`` it is exact to a few float32 ulps for every ``b``.
+    """
+    c = complement(stored, name)
+    return -jnp.expm1(jnp.asarray(count, c.dtype) * jnp.log1p(-c))
+
+
+# --- Stores of earlier releases -----------------------------------------------------------
+
+# Releases up to 0.1.0.dev0 kept a transform's hyperparameters in a dict, a decay ``b``
+# under the key ``"one_minus_<name>"`` holding float32 ``1 - b``.
+_LEGACY_DECAY = "one_minus_"
+
+
+def is_legacy(names: Iterable[str]) -> bool:
+    """Whether leaf names (``"0/hyperparams/one_minus_b1"``) come from an earlier store."""
+    return any(n.rpartition("/")[2].startswith(_LEGACY_DECAY) for n in names)
+
+
+def legacy_key(node_name: str, entry: Entry) -> str:
+    """The leaf name an earlier release stored ``entry`` under, in the node ``node_name``."""
+    name = entry.base or entry.name
+    key = _LEGACY_DECAY + name if entry.decay else name
+    return f"{node_name}/{key}" if node_name else key
+
+
+def upgrade_value(entry: Entry, old: Any) -> tuple[jax.Array, jax.Array | None]:
+    """``(value, residual)`` of ``entry`` from what an earlier release stored for it."""
+    old = np.asarray(old, np.float64)
+    return _split(entry.decay, 1.0 - old if entry.decay else old)
