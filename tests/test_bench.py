@@ -33,15 +33,13 @@ FLAT = ("flat state", "flat params")
 REL = 1e-9  # recomputed ratios: the same float64 arithmetic
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench")
+def _bench(module: str, *args: str) -> subprocess.CompletedProcess:
+    """``python -m <module> <args>`` as CI's users run it, at XLA's cheapest optimisation."""
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
     # A smoke test: XLA's cheapest code generation keeps the ~130 compilations short.
     env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"
-    args = ["--size", "tiny", "--json", str(out / "bench.json"), "--plot", str(out / "p.png")]
     result = subprocess.run(
-        [sys.executable, "-m", "bench", *args],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -50,6 +48,14 @@ def run(tmp_path_factory):
         check=False,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    args = ["--size", "tiny", "--json", str(out / "bench.json"), "--plot", str(out / "p.png")]
+    result = _bench("bench", *args)
     return json.loads((out / "bench.json").read_text()), result.stdout, out
 
 
@@ -184,20 +190,9 @@ def test_output_and_plot(run):
 
 def test_revisions_compares_two_checkouts(tmp_path):
     # This checkout against itself, once: every optx row has both columns and a ratio.
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
-    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"
     out = tmp_path / "revisions.json"
     args = ["--before", str(ROOT), "--size", "tiny", "--rounds", "1", "--only", "many"]
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.revisions", *args, "--json", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    result = _bench("bench.revisions", *args, "--json", str(out))
     table = json.loads(out.read_text())
     optx_rows = [r for r in table if r["key"][3] == "optx"]
     assert {r["key"][4] for r in optx_rows} >= {"per-leaf"}

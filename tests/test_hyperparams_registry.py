@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -30,10 +29,22 @@ from optx._src import hyperparams  # which hyperparameter is scheduled
 
 try:
     from tests import registry
-    from tests.test_conformance import cache_size, make_grads, make_params, new_value
+    from tests.test_conformance import (
+        cache_size,
+        make_grads,
+        make_params,
+        new_value,
+        sub_transforms,
+    )
 except ImportError:  # tests/ is not a package: pytest put it on sys.path.
     import registry
-    from test_conformance import cache_size, make_grads, make_params, new_value
+    from test_conformance import (
+        cache_size,
+        make_grads,
+        make_params,
+        new_value,
+        sub_transforms,
+    )
 
 ENTRIES = [e for key, e in registry.REGISTRY.items() if "/" not in key]
 # Steps run for each comparison: enough for the moments and schedules to matter.
@@ -76,20 +87,10 @@ def _all_scheduled(tx: Any) -> Any:
     return out
 
 
-def _subs(tx: Any) -> Iterator[optx.Transform]:
-    if isinstance(tx, optx.Transform):
-        yield tx
-        for f in dataclasses.fields(tx):  # type: ignore[arg-type]
-            yield from _subs(getattr(tx, f.name))
-    elif isinstance(tx, tuple | list):
-        for item in tx:
-            yield from _subs(item)
-
-
 def _hyperparameters(tx: Any) -> list[tuple[optx.Transform, str, str]]:
     """``(sub-transform, field, public name)`` of each hyperparameter the state holds."""
     out, seen = [], set()
-    for sub in _subs(tx):
+    for sub in sub_transforms(tx):
         if id(sub) in seen:
             continue
         seen.add(id(sub))

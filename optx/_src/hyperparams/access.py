@@ -194,10 +194,10 @@ def set_found(state: Any, found: Found, new: Any, api: str) -> Any:
 
 def _node(state: Any, path: tuple[Any, ...]) -> Any:
     """The `HyperParams` at ``path``, or a view of optax's injected ones."""
-    node = _get_node(state, path)
+    node = node_at(state, path)
     if isinstance(node, HyperParams):
         return node
-    return _Injected(_get_node(state, path[:-1]))
+    return _Injected(node_at(state, path[:-1]))
 
 
 def _apply_one(
@@ -211,7 +211,7 @@ def _apply_one(
 ) -> Any:
     """Writes one hyperparameter; ``done`` holds the nodes already rewritten (by path)."""
     path = found.node_path
-    key = path if isinstance(_get_node(state, path), HyperParams) else path[:-1]
+    key = path if isinstance(node_at(state, path), HyperParams) else path[:-1]
     if key in done:
         node = done[key] if isinstance(done[key], HyperParams) else _Injected(done[key])
     else:
@@ -225,10 +225,6 @@ def _apply_one(
 
 def node_at(state: Any, path: tuple[Any, ...]) -> Any:
     """The node of ``state`` at ``path``."""
-    return _get_node(state, path)
-
-
-def _get_node(state: Any, path: tuple[Any, ...]) -> Any:
     node = state
     for key in path:
         if isinstance(key, jax.tree_util.SequenceKey):

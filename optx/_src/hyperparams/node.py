@@ -383,7 +383,7 @@ def create(tx: Any, extra: tuple[tuple[str, float], ...] = ()) -> HyperParams:
         entries.append(Entry(name, field_name, spec.rule, spec.decay, scheduled))
         if scheduled:
             # The value in force before the first step is the schedule's at step 0.
-            value = jnp.asarray(value(jnp.zeros([], jnp.int32)), _DTYPE)
+            value = jnp.asarray(tx.initial(field_name), _DTYPE)
             scales.append(jnp.ones([], _DTYPE))
         v, r = _split(spec.decay, value)
         values.append(v)
