@@ -1,6 +1,7 @@
 """Step times of two revisions of optx in one run: ``python -m bench.revisions``.
 
     python -m bench.revisions --before /path/to/old/checkout [--size full] [--rounds 2]
+        [--only many] [--optimizers lion sgd]
 
 Runs ``python -m bench --only gpt many stateful`` once per round for each revision, in
 alternating order (before, after, after, before, ...), each in its own process: the
@@ -30,11 +31,38 @@ WORKLOADS = ("gpt", "many", "stateful")
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(python_path: str | None, size: str, only: Sequence[str], out: Path) -> dict[str, Any]:
+def _run(
+    python_path: str | None,
+    size: str,
+    only: Sequence[str],
+    out: Path,
+    optimizers: Sequence[str] = (),
+) -> dict[str, Any]:
+    # ``-P``: no current directory first on ``sys.path``. With ``python -m`` from this
+    # checkout it would otherwise import this checkout's ``optx`` for both revisions.
     env = dict(os.environ)
+    roots = [str(ROOT)]
     if python_path:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [python_path, env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", "bench", "--size", size, "--only", *only]
+        # Only the earlier revision's ``optx`` package comes first, not its ``bench``.
+        link = out.parent / "before" / "optx"
+        if not link.exists():
+            link.parent.mkdir(exist_ok=True)
+            link.symlink_to(Path(python_path) / "optx", target_is_directory=True)
+        roots.insert(0, str(link.parent))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [*roots, env.get("PYTHONPATH")]))
+    where = subprocess.run(
+        [sys.executable, "-P", "-c", "import optx; print(optx.__file__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    expected = (Path(python_path or ROOT) / "optx" / "__init__.py").resolve()
+    if Path(where).resolve() != expected:
+        raise RuntimeError(f"the run would import optx from {where}, not from {expected}")
+    command = [sys.executable, "-P", "-m", "bench", "--size", size, "--only", *only]
+    if optimizers:
+        command += ["--optimizers", *optimizers]
     subprocess.run(
         [*command, "--json", str(out)], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL
     )
@@ -63,6 +91,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--size", default="full", choices=("tiny", "small", "full"))
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--only", nargs="+", choices=WORKLOADS, default=WORKLOADS)
+    p.add_argument(
+        "--optimizers", nargs="+", default=(), help="the step workloads' optimizers (all)"
+    )
     p.add_argument("--json", metavar="OUT", help="write every figure to this JSON file")
     args = p.parse_args(argv)
     runs: dict[str, list[dict[tuple[str, ...], float]]] = {"before": [], "after": []}
@@ -71,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             order = ("before", "after") if r % 2 == 0 else ("after", "before")
             for which in order:
                 path = str(Path(args.before).resolve()) if which == "before" else None
-                result = _run(path, args.size, args.only, Path(tmp) / f"{which}{r}.json")
+                out = Path(tmp) / f"{which}{r}.json"
+                result = _run(path, args.size, args.only, out, args.optimizers)
                 runs[which].append(_rows(result))
     keys = [k for k in runs["after"][0] if all(k in run for run in runs["before"] + runs["after"])]
     print(f"# Step times, before ({args.before}) and after (this checkout), --size {args.size}")

@@ -309,6 +309,118 @@ def test_hyperparams_live_in_the_flat_state() -> None:
     assert len(compiled) == 1
 
 
+def _unpacked(state):
+    """``state`` with each `HyperParams` node holding a leaf per value (the per-leaf form)."""
+
+    def unpack(x):
+        if not isinstance(x, optx.HyperParams):
+            return x
+        return optx.HyperParams(x.entries, x.in_force, x.residuals, x.scales, x.count)
+
+    return jax.tree.map(unpack, state, is_leaf=lambda x: isinstance(x, optx.HyperParams))
+
+
+def test_hyperparams_are_packed_into_one_array_per_transform() -> None:
+    sched = optx.schedules.linear_schedule(0.9, 0.5, 4)
+    inner = optx.chain(optx.clip_by_global_norm(2.0), optx.adamw(sched, b1=0.95, b2=0.999))
+    tx, flat_tx = inner, optx.flatten(inner)
+    params, grads = make_tree(0), make_tree(1)
+    state, flat_state = tx.init(params), flat_tx.init(params)
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(flat_state)]
+    packed = [p for p in paths if p.endswith(".hyperparams.packed")]
+    # clip (max_norm), adam (b1, b2, eps, eps_root and 2 residuals), weight decay, lr (scale).
+    assert len(packed) == 4, paths
+    assert not [p for p in paths if "residual" in p or "scale" in p], paths
+    sizes = [
+        x.shape
+        for p, x in jax.tree_util.tree_leaves_with_path(flat_state)
+        if jax.tree_util.keystr(p).endswith("packed")
+    ]
+    assert sizes == [(1,), (6,), (1,), (2,)]
+    # Read, written, scaled and stepped as the per-leaf state's, by the same names.
+    for name, value in optx.get_hyperparams(state).items():
+        assert float(optx.get_hyperparams(flat_state)[name]) == float(value), name
+    set_to = {"b2": 0.99, "max_norm": 0.5, "learning_rate": 0.45}
+    state = optx.scale_hyperparams(optx.set_hyperparams(state, **set_to), weight_decay=3.0)
+    flat_state = optx.set_hyperparams(flat_state, **set_to)
+    flat_state = optx.scale_hyperparams(flat_state, weight_decay=3.0)
+    assert float(flat_state.inner_state[1][0].hyperparams.complement("b2")) == float(
+        state[1][0].hyperparams.complement("b2")
+    )
+    step, flat_step = jax.jit(tx.update), jax.jit(flat_tx.update)
+    for _ in range(5):
+        updates, state = step(grads, state, params)
+        flat_updates, flat_state = flat_step(grads, flat_state, params)
+        check_close("packed", flat_updates, updates)
+    got, want = optx.get_hyperparams(flat_state), optx.get_hyperparams(state)
+    assert {k: float(v) for k, v in got.items()} == {k: float(v) for k, v in want.items()}
+    # Unpacked, the flat state holds exactly the per-leaf form's hyperparameters.
+    flat_nodes = [n for _, n in optx._src.hyperparams.nodes(_unpacked(flat_state))]
+    nodes = [n for _, n in optx._src.hyperparams.nodes(state)]
+    chex.assert_trees_all_equal(flat_nodes, nodes)
+
+
+def test_summary_and_stateful_wrapper_of_a_flat_state() -> None:
+    params, grads = make_tree(0), make_tree(1)
+    state = optx.flatten(optx.adam(0.05, b1=0.8)).init(params)
+    table = optx.summary(state)
+    rows = {row.name: row for row in table.rows}
+    assert rows["b1"].kind == "hyperparameter" and rows["b1"].value == pytest.approx(0.8)
+    assert rows["learning_rate"].value == pytest.approx(0.05)
+    assert "layout" not in str(table)
+    opt = optx.optimizers.Optimizer(optx.flatten(optx.adam(0.05, b1=0.8)))
+    opt.build(params)
+    assert [k for k in opt.variables if "hyperparams" in k] == [
+        "optimizer/inner_state/0/hyperparams/packed",
+        "optimizer/inner_state/1/hyperparams/packed",
+    ]
+    assert float(opt.learning_rate) == np.float32(0.05)
+    opt.learning_rate = 0.5
+    assert float(opt.learning_rate) == 0.5
+    assert "learning_rate=0.5" in repr(opt) and "b1=0.8" in repr(opt)
+    expected = optx.flatten(optx.adam(0.5, b1=0.8))
+    updates = expected.update(grads, expected.init(params), params)[0]
+    with pytest.warns(UserWarning, match="gradients do not exist for"):  # the None leaf
+        new = opt.apply(grads, params)
+    check_close("wrapper", new, optx.apply_updates(params, updates))
+
+
+def test_restore_a_flat_store_of_the_previous_release(tmp_path) -> None:
+    # Releases up to 0.1.0.dev0 kept a flat state's hyperparameters as the per-leaf state's,
+    # a decay b as float32 1 - b under "one_minus_<name>" (see test_checkpoint.py).
+    tx = optx.flatten(optx.adam(0.05, b1=0.95, b2=0.9995))
+    params = make_tree(0)
+    state = tx.update(make_tree(1), tx.init(params), params)[1]
+    old: dict = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(_unpacked(state)):
+        names = [str(getattr(k, "name", getattr(k, "key", getattr(k, "idx", None)))) for k in path]
+        if "residual" in names:
+            continue
+        if names[-2] == "hyperparams" and names[-1] in ("b1", "b2"):
+            complement = state.inner_state[0].hyperparams.complement(names[-1])
+            names[-1], leaf = "one_minus_" + names[-1], complement
+        node = old
+        for name in names[:-1]:
+            node = node.setdefault(name, {})
+        node[names[-1]] = np.asarray(leaf)
+    orbax = pytest.importorskip("orbax.checkpoint")
+    with orbax.StandardCheckpointer() as checkpointer:
+        checkpointer.save(tmp_path / "old", old)
+    restored = optx.restore_state(tmp_path / "old", tx.init(params))
+    # The values and 1 - b as stored (the residual, not stored then, is recovered from it).
+    h, was = restored.inner_state[0].hyperparams, state.inner_state[0].hyperparams
+    assert h.packed and float(h["b1"]) == float(np.float32(0.95))
+    for name in ("b1", "b2"):
+        assert float(h.complement(name)) == float(was.complement(name)), name
+    assert optx.get_hyperparams(restored) == optx.get_hyperparams(state)
+    no_hyper = lambda s: jax.tree.map(  # noqa: E731
+        lambda x: None if isinstance(x, optx.HyperParams) else x,
+        s,
+        is_leaf=lambda x: isinstance(x, optx.HyperParams),
+    )
+    chex.assert_trees_all_equal(no_hyper(restored), no_hyper(state))
+
+
 def test_checkpoint_round_trip() -> None:
     tx = optx.flatten(_clip_adamw_ema())
     params = make_tree(0)
@@ -345,8 +457,9 @@ def test_donated_steps_run_and_do_not_recompile() -> None:
     flat_tx = optx.flatten(optx.adam(0.05))
     plain = make_tree(0)
     state = flat_tx.init(plain)
-    # mu, nu; 2 counts, 5 hyperparameters and the float32 residuals of b1 and b2.
-    assert len(jax.tree.leaves(state)) == 2 * 2 + 7 + 2
+    # mu, nu (2 dtypes each); 2 counts; each transform's hyperparameters (adam's 5 and
+    # the residuals of b1 and b2; the learning rate) packed in one array.
+    assert len(jax.tree.leaves(state)) == 2 * 2 + 2 + 2
 
     def plain_step(params, state):
         updates, state = flat_tx.update(jax.grad(loss)(params), state, params)

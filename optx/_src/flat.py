@@ -17,6 +17,7 @@ import numpy as np
 from jax.core import Tracer
 
 from optx._src import checks
+from optx._src import hyperparams as hp
 from optx._src.base import GradientTransformationLike, OptState, Params, Transform, Updates
 from optx._src.base import transform as _transform
 from optx._src.combine import call_update
@@ -49,7 +50,8 @@ class FlattenState(NamedTuple):
     """State of `flatten`: the inner state over flat buffers, and the buffers' layout.
 
     Attributes:
-      inner_state: ``inner``'s state, its per-parameter slots `FlatTree` s.
+      inner_state: ``inner``'s state, its per-parameter slots `FlatTree` s and each
+        transform's hyperparameters packed into one float32 leaf (`HyperParams.pack`).
       layout: where each parameter lives in the buffers (static: it holds no arrays).
     """
 
@@ -123,11 +125,11 @@ class Flatten(Transform):
 
     def init(self, params: Params) -> FlattenState:
         if isinstance(params, FlatTree):
-            return FlattenState(self.inner.init(params), params.layout)
+            return FlattenState(hp.packed(self.inner.init(params)), params.layout)
         checks.float_params("flatten.init", params)
         layout = make_layout(params, "flatten.init", self.max_concat_size)
         flat = FlatTree(layout.flatten(params, "flatten.init", "params", "params"), layout)
-        return FlattenState(_placed_like(self.inner.init(flat), flat), layout)
+        return FlattenState(hp.packed(_placed_like(self.inner.init(flat), flat)), layout)
 
     def update(
         self, updates: Updates, state: FlattenState, params: Params | None = None, **extra: Any
@@ -146,7 +148,7 @@ class Flatten(Transform):
         )
         if not isinstance(updates, FlatTree):
             new = new.unflatten()
-        return new, FlattenState(inner, layout)
+        return new, FlattenState(hp.packed(inner), layout)
 
 
 def _placed_like(state: OptState, flat: FlatTree) -> OptState:
@@ -225,8 +227,10 @@ def flatten(
         parameters, whose layout is their own.
 
     Returns:
-      The transform; its state is `FlattenState`. Hyperparameters stay in the inner state:
-      `get_hyperparams` and `set_hyperparams` work unchanged.
+      The transform; its state is `FlattenState`. Hyperparameters stay in the inner state,
+      each transform's packed into one float32 array (values, decays' residuals,
+      schedules' scales; see `HyperParams.pack`): `get_hyperparams`, `set_hyperparams`
+      and `scale_hyperparams` work unchanged.
 
     Raises:
       TypeError: ``inner`` is not a transform.

@@ -233,6 +233,8 @@ def _visit(
         return
     if node is None or (isinstance(node, tuple | list | dict) and not node):
         return
+    if not (hasattr(node, "dtype") or isinstance(node, bool | int | float)):
+        return  # a node with no leaves (`flatten`'s static layout)
     rows.append(_row(node, path, section))
 
 
@@ -247,8 +249,8 @@ def _hyper_rows(
     Then the schedules' scales and step count. A decay's rounding residual counts in its
     bytes.
     """
-    children = dict(_children(node))
-    residuals = children.get(jax.tree_util.GetAttrKey("residual"), {})
+    decays = [e.name for e in node.entries if e.decay]
+    residuals = dict(zip(decays, node.residuals, strict=True))
     for entry, leaf in node.public_items():
         key = jax.tree_util.DictKey(entry.name)
         row = _row(_array(leaf), (*path, key), section, "hyperparameter", entry.name)
@@ -256,11 +258,11 @@ def _hyper_rows(
             extra = _row(_array(residuals[entry.name]), path, section).nbytes
             row = row._replace(nbytes=row.nbytes + extra)
         rows.append(row)
-    for name, scale in children.get(jax.tree_util.GetAttrKey("scale"), {}).items():
+    scheduled = [e.name for e in node.entries if e.scheduled]
+    for name, scale in zip(scheduled, node.scales, strict=True):
         rows.append(_row(_array(scale), path, section, "scalar", f"{name} (schedule scale)"))
-    count = children.get(jax.tree_util.GetAttrKey("count"))
-    if count is not None:
-        rows.append(_row(_array(count), path, section, "counter", "schedule count"))
+    if node.count is not None:
+        rows.append(_row(_array(node.count), path, section, "counter", "schedule count"))
 
 
 def _array(leaf: Any) -> Any:

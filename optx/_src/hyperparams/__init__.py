@@ -24,11 +24,13 @@ from optx._src.hyperparams.access import get_hyperparams as get_hyperparams
 from optx._src.hyperparams.access import is_node as is_node
 from optx._src.hyperparams.access import node_at as node_at
 from optx._src.hyperparams.access import nodes as nodes
+from optx._src.hyperparams.access import packed as packed
 from optx._src.hyperparams.access import renamed as renamed
 from optx._src.hyperparams.access import scale_hyperparams as scale_hyperparams
 from optx._src.hyperparams.access import set_found as set_found
 from optx._src.hyperparams.access import set_hyperparams as set_hyperparams
 from optx._src.hyperparams.access import upgrade_legacy as upgrade_legacy
+from optx._src.hyperparams.access import value_of as value_of
 from optx._src.hyperparams.declare import FINITE as FINITE
 from optx._src.hyperparams.declare import NONNEG as NONNEG
 from optx._src.hyperparams.declare import POSITIVE as POSITIVE

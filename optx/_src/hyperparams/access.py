@@ -23,6 +23,9 @@ from optx._src.hyperparams.node import (
 
 # --- Finding hyperparameters in a state --------------------------------------------------
 
+# The path key of a packed node's one leaf of values (see `HyperParams.pack`).
+_PACKED = jax.tree_util.GetAttrKey("packed")
+
 
 def is_node(x: Any) -> bool:
     """Whether ``x`` holds hyperparameters: a `HyperParams`, or optax's injected ones."""
@@ -88,6 +91,9 @@ class Found:
       leaf_path: the path of its value's leaf in the state.
       aux_paths: the paths of its other leaves (a decay's residual, a schedule's scale and,
         for the node's first schedule, the step count), with their kinds.
+
+    In a packed node (`HyperParams.pack`) the value, residual and scale share one leaf, at
+    ``leaf_path``; `packed` says so.
     """
 
     flat: str
@@ -97,6 +103,11 @@ class Found:
     entry: Entry
     leaf_path: tuple[Any, ...]
     aux_paths: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+
+    @property
+    def packed(self) -> bool:
+        """Whether its node holds its values as one leaf (`HyperParams.pack`)."""
+        return bool(self.leaf_path) and self.leaf_path[-1] == _PACKED
 
 
 def _owner_prefix(node_path: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -143,16 +154,19 @@ def find(state: Any) -> list[Found]:
     key, attr = jax.tree_util.DictKey, jax.tree_util.GetAttrKey
     for node_path, node in nodes(state):
         first = True
+        packed = isinstance(node, HyperParams) and node.packed
         for i, e in enumerate(node.entries):
+            leaf = (*node_path, _PACKED) if packed else (*node_path, key(e.name))
             aux = []
-            if e.decay:
+            if e.decay and not packed:
                 aux.append(("residual", (*node_path, attr("residual"), key(e.name))))
             if e.scheduled:
-                aux.append(("scale", (*node_path, attr("scale"), key(e.name))))
+                if not packed:
+                    aux.append(("scale", (*node_path, attr("scale"), key(e.name))))
                 if first:
                     aux.append(("count", (*node_path, attr("count"))))
                     first = False
-            raw.append((node_path, i, e, ((*node_path, key(e.name))), tuple(aux)))
+            raw.append((node_path, i, e, leaf, tuple(aux)))
     qualifiers = _qualifiers([_owner_prefix(r[0]) for r in raw])
     counts: dict[str, int] = {}
     for r in raw:
@@ -304,6 +318,7 @@ def upgrade_legacy(
       KeyError: a hyperparameter of ``target`` is not in ``saved`` (the message names it).
     """
     out: dict[str, Any] = {}
+    packed: dict[tuple[Any, ...], HyperParams] = {}  # nodes that hold one leaf, rewritten
     for f in find(target):
         node = _node(target, f.node_path)
         if isinstance(node, _Injected):
@@ -315,11 +330,31 @@ def upgrade_legacy(
                 continue
             raise KeyError(key)
         value, residual = upgrade_value(e, saved[key])
+        if f.packed:
+            node = packed.get(f.node_path, node)
+            packed[f.node_path] = node.restored(f.index, value, residual)
+            continue
         out[name_of(f.leaf_path)] = value
         for kind, path in f.aux_paths:
             if kind == "residual":
                 out[name_of(path)] = residual
+    for node_path, node in packed.items():
+        out[name_of((*node_path, _PACKED))] = node.packed_leaf
     return out
+
+
+def value_of(state: Any, found: Found) -> Any:
+    """The value in force of the hyperparameter ``found`` (from `find`) in ``state``."""
+    return _unwrap(_node(state, found.node_path).in_force[found.index])
+
+
+def packed(state: Any) -> Any:
+    """``state`` with each `HyperParams` node packed into one leaf (`HyperParams.pack`)."""
+    return jax.tree.map(
+        lambda x: x.pack() if isinstance(x, HyperParams) else x,
+        state,
+        is_leaf=lambda x: isinstance(x, HyperParams),
+    )
 
 
 def get_hyperparams(state: Any) -> dict[str, jax.Array]:
@@ -347,7 +382,7 @@ def get_hyperparams(state: Any) -> dict[str, jax.Array]:
     _check_state("get_hyperparams", state)
     out = {}
     for f in find(state):
-        out[f.flat] = _unwrap(_node(state, f.node_path).in_force[f.index])
+        out[f.flat] = value_of(state, f)
     return out
 
 

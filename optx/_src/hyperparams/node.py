@@ -71,8 +71,28 @@ class Entry:
     base: str = ""
 
 
+# `HyperParams(..., packed=True)` without a vector stacks the values given.
+_STACK = object()
+
+
 def _named(entries: tuple[Entry, ...], which: str) -> list[str]:
     return [e.name for e in entries if getattr(e, which)]
+
+
+# `_kinds` by the identity of the entries tuple (hashing one hashes every `Entry`).
+_KINDS: dict[int, tuple[tuple[Entry, ...], tuple[tuple[str, ...], tuple[str, ...]]]] = {}
+
+
+def _kinds(entries: tuple[Entry, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The public names of the decays and of the scheduled hyperparameters, in order."""
+    hit = _KINDS.get(id(entries))
+    if hit is not None and hit[0] is entries:
+        return hit[1]
+    kinds = tuple(_named(entries, "decay")), tuple(_named(entries, "scheduled"))
+    if len(_KINDS) > 4096:
+        _KINDS.clear()
+    _KINDS[id(entries)] = (entries, kinds)
+    return kinds
 
 
 @jax.tree_util.register_pytree_with_keys_class
@@ -83,7 +103,9 @@ class HyperParams:
     declaration order; then, where there are any, the decays' rounding residuals
     (``.residual[name]``), the schedules' scales (``.scale[name]``) and the schedules' step
     count (``.count``). The static part (an `Entry` per hyperparameter) carries names,
-    rules and encodings.
+    rules and encodings. A packed node (`pack`, which `flatten` uses) holds the values,
+    residuals and scales as one float32 vector instead (and the count beside it): one array
+    in and out of a jitted step; it reads and writes the same.
 
     A transform reads values in force with ``h[field]`` and ``1 - b`` of a decay with
     ``h.complement(field)``. It reads as a mapping from public names to values in force
@@ -99,7 +121,7 @@ class HyperParams:
       Array(0.9, dtype=float32)
     """
 
-    __slots__ = ("count", "entries", "in_force", "residuals", "scales")
+    __slots__ = ("_parts", "_vector", "count", "entries", "packed")
 
     def __init__(
         self,
@@ -108,16 +130,97 @@ class HyperParams:
         residuals: tuple[Any, ...] = (),
         scales: tuple[Any, ...] = (),
         count: Any = None,
+        *,
+        packed: bool = False,
+        vector: Any = _STACK,
     ) -> None:
         self.entries = entries
-        self.in_force = tuple(values)
-        self.residuals = tuple(residuals)
-        self.scales = tuple(scales)
         self.count = count
+        self.packed = packed
+        if packed:
+            self._parts = None
+            self._vector = _stack((*values, *residuals, *scales)) if vector is _STACK else vector
+        else:
+            self._parts = (tuple(values), tuple(residuals), tuple(scales))
+            self._vector = None
+
+    # -- the stored leaves: one per value, or one float32 vector of them all (`pack`) --
+    def _part(self, which: int) -> tuple[Any, ...]:
+        if self._parts is not None:
+            return self._parts[which]
+        sizes = (len(self.entries), len(_named(self.entries, "decay")))
+        sizes += (len(_named(self.entries, "scheduled")),)
+        start = sum(sizes[:which])
+        return tuple(_element(self._vector, start + i) for i in range(sizes[which]))
+
+    @property
+    def in_force(self) -> tuple[Any, ...]:
+        """The values in force, in declaration order."""
+        return self._part(0)
+
+    @property
+    def residuals(self) -> tuple[Any, ...]:
+        """The decays' float32 rounding residuals, in declaration order."""
+        return self._part(1)
+
+    @property
+    def scales(self) -> tuple[Any, ...]:
+        """The schedules' scales, in declaration order."""
+        return self._part(2)
+
+    def pack(self) -> HyperParams:
+        """The same hyperparameters held as one float32 leaf (and the schedules' count).
+
+        A jitted step passes one array for them in and out instead of one per value,
+        residual and scale: `flatten` holds its inner state's hyperparameters so. Reading
+        and writing them is unchanged; the leaf is named ``packed`` in tree paths.
+        """
+        if self.packed:
+            return self
+        values, residuals, scales = self._parts  # type: ignore[misc]
+        return HyperParams(self.entries, values, residuals, scales, self.count, packed=True)
+
+    @property
+    def packed_leaf(self) -> Any:
+        """The one leaf of a packed node's values, residuals and scales."""
+        return self._vector
+
+    def restored(self, i: int, value: Any, residual: Any) -> HyperParams:
+        """A copy with hyperparameter ``i``'s stored value (and residual) as given, unchecked.
+
+        For stores of earlier releases (`upgrade_value` gives the pair).
+        """
+        values, residuals = list(self.in_force), list(self.residuals)
+        values[i] = _like(value, values[i])
+        if residual is not None:
+            j = self._slot(i, "decay")
+            residuals[j] = _like(residual, residuals[j])
+        return self._replace(values=tuple(values), residuals=tuple(residuals))
 
     # -- pytree --
+    # `tree_flatten` and `tree_unflatten` run on every call of a jitted step that takes a
+    # state: they do no more than hand the leaves over. The keyed form is for paths.
+    def tree_flatten(self) -> tuple[tuple[Any, ...], Any]:
+        decays, scheduled = _kinds(self.entries)
+        if self.packed:
+            if scheduled:
+                return (self._vector, self.count), (self.entries, True)
+            return (self._vector,), (self.entries, True)
+        values, residuals, scales = self._parts  # type: ignore[misc]
+        children = values
+        if decays:
+            children = (*children, dict(zip(decays, residuals, strict=True)))
+        if scheduled:
+            children = (*children, dict(zip(scheduled, scales, strict=True)), self.count)
+        return children, (self.entries, False)
+
     def tree_flatten_with_keys(self) -> tuple[list[tuple[Any, Any]], Any]:
         key, attr = jax.tree_util.DictKey, jax.tree_util.GetAttrKey
+        if self.packed:
+            packed: list[tuple[Any, Any]] = [(attr("packed"), self._vector)]
+            if _named(self.entries, "scheduled"):
+                packed.append((attr("count"), self.count))
+            return packed, (self.entries, True)
         children: list[tuple[Any, Any]] = [
             (key(e.name), v) for e, v in zip(self.entries, self.in_force, strict=True)
         ]
@@ -129,15 +232,23 @@ class HyperParams:
         if scheduled:
             children.append((attr("scale"), dict(zip(scheduled, self.scales, strict=True))))
             children.append((attr("count"), self.count))
-        return children, self.entries
+        return children, (self.entries, False)
 
     @classmethod
-    def tree_unflatten(cls, entries: tuple[Entry, ...], children: list[Any]) -> HyperParams:
+    def tree_unflatten(
+        cls, aux: tuple[tuple[Entry, ...], bool], children: list[Any]
+    ) -> HyperParams:
+        entries, packed = aux
+        node = object.__new__(cls)
+        node.entries, node.packed = entries, packed
+        if packed:
+            node._parts, node._vector = None, children[0]
+            node.count = children[1] if len(children) > 1 else None
+            return node
         n = len(entries)
         rest = list(children[n:])
 
-        def take(which: str) -> tuple[Any, ...]:
-            names = _named(entries, which)
+        def take(names: tuple[str, ...]) -> tuple[Any, ...]:
             if not names:
                 return ()
             d = rest.pop(0)
@@ -145,20 +256,24 @@ class HyperParams:
                 return tuple(d[k] for k in names)
             return tuple(d) if isinstance(d, list | tuple) else (d,) * len(names)
 
-        residuals = take("decay")
-        scales = take("scheduled")
-        count = rest.pop(0) if scales else None
-        return cls(entries, tuple(children[:n]), residuals, scales, count)
+        decays, scheduled = _kinds(entries)
+        residuals = take(decays)
+        scales = take(scheduled)
+        node.count = rest.pop(0) if scales else None
+        node._parts, node._vector = (tuple(children[:n]), residuals, scales), None
+        return node
 
     def __eq__(self, other: object) -> bool:
         # As a NamedTuple of its parts: a tree of shardings compares equal to another.
         if not isinstance(other, HyperParams):
             return NotImplemented
-        return (self.entries, self.in_force, self.residuals, self.scales, self.count) == (
+        if self.packed != other.packed:
+            return False
+        if self.packed and not _same(self._vector, other._vector):
+            return False
+        return (self.entries, self._parts, self.count) == (
             other.entries,
-            other.in_force,
-            other.residuals,
-            other.scales,
+            other._parts,
             other.count,
         )
 
@@ -169,6 +284,10 @@ class HyperParams:
         return f"HyperParams({items})"
 
     def _replace(self, **changes: Any) -> HyperParams:
+        if self.packed and set(changes) <= {"entries", "count"}:
+            entries = changes.get("entries", self.entries)
+            count = changes.get("count", self.count)
+            return HyperParams(entries, (), count=count, packed=True, vector=self._vector)
         fields = {
             "entries": self.entries,
             "values": self.in_force,
@@ -177,7 +296,7 @@ class HyperParams:
             "count": self.count,
         }
         fields.update(changes)
-        return HyperParams(**fields)
+        return HyperParams(**fields, packed=self.packed)
 
     # -- reading, for transforms --
     @property
@@ -315,6 +434,40 @@ class HyperParams:
             j = self._slot(i, "scheduled")
             scales[j] = _like(_unwrap(scales[j]) * jnp.asarray(factor, _DTYPE), scales[j])
         return self._replace(values=tuple(values), residuals=tuple(residuals), scales=tuple(scales))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two packed vectors (or stand-ins for them: shardings) are equal."""
+    if a is b:
+        return True
+    arrays = (jax.Array, np.ndarray)
+    if isinstance(a, Tracer) or isinstance(b, Tracer):
+        return False
+    if isinstance(a, arrays) or isinstance(b, arrays):
+        return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+    return bool(a == b)
+
+
+def _element(vector: Any, i: int) -> Any:
+    """Element ``i`` of a packed vector (its last axis: batched vectors stay batched).
+
+    A stand-in for the vector (a sharding, ``None`` in a tree of them) stands for each.
+    """
+    if isinstance(vector, jax.Array | np.ndarray | Tracer):
+        return vector[..., i]
+    inner = _unwrap(vector)  # a container that holds the vector (a Flax `Variable`)
+    if inner is not vector and isinstance(inner, jax.Array | np.ndarray | Tracer):
+        return inner[..., i]
+    return vector
+
+
+def _stack(parts: tuple[Any, ...]) -> Any:
+    """Scalars (or equally batched arrays) as one float32 vector along a new last axis."""
+    arrays = [jnp.asarray(_unwrap(p), _DTYPE) for p in parts]
+    shape = jnp.broadcast_shapes(*(a.shape for a in arrays)) if arrays else ()
+    if not arrays:
+        return jnp.zeros((0,), _DTYPE)
+    return jnp.stack([jnp.broadcast_to(a, shape) for a in arrays], axis=-1)
 
 
 def _shown(v: Any) -> str:

@@ -330,7 +330,15 @@ class StatefulBase(StepMixin, GradientsMixin, WeightsMixin, CheckpointMixin, met
                 f"Received: a state holding {len(keys)} ({', '.join(map(repr, keys)) or 'none'}); "
                 f"{fix}"
             )
-        return jnp.array(self.variables[keys[0]], copy=True)
+        return jnp.array(self._hyper_value(keys[0]), copy=True)
+
+    def _hyper_value(self, key: str) -> Any:
+        """The value of the hyperparameter at ``key`` of the built layout.
+
+        Its variable, or where its node is packed (`HyperParams.pack`), read from the state.
+        """
+        found = self._require_built(key).found[key][0]
+        return hp.value_of(self._state, found) if found.packed else self.variables[key]
 
     def _set_hyper(self, name: str, value: Any) -> None:
         self._get_hyper(name)

@@ -42,7 +42,8 @@ class Layout:
       keys: one key per state leaf, in the state's leaf order (tied leaves repeat a key).
       order: the distinct keys, in display order (hyperparameters first).
       slots: ``{(param path, slot name): key}``.
-      hyperparams: the keys that hold hyperparameters.
+      hyperparams: the hyperparameters' keys. A packed node's (`HyperParams.pack`) name
+        no leaf: its values share one, keyed by its path.
       treedef: the state's structure.
       found: ``{key: the hyperparameters it holds}`` (`hyperparams.Found`), for writing.
       schedule_counts: the keys of the schedules' step counts.
@@ -88,6 +89,7 @@ class Layout:
         found: dict[str, list[hp.Found]] = {}
         schedule_counts: list[str] = []
         aux: list[str] = []  # a decay's residual, a schedule's scale and count
+        leaves: set[str] = set()  # the hyperparameters' keys that name a leaf of their own
         for f in hp.find(state):
             public, path = f.entry.name, f.leaf_path
             scope = tie_scope(path) if tie_scope is not None else ""
@@ -96,16 +98,19 @@ class Layout:
             else:
                 qualifier = f.flat.rpartition("/")[0]
                 key = f"{qualifier}/{public}" if qualifier else public
+            found.setdefault(key, []).append(f)
+            if key not in hyper:
+                hyper.append(key)
+            if f.packed:  # one leaf for its node's values, named by its path (below)
+                continue
             keys[index[tuple(path)]] = key
+            leaves.add(key)
             for kind, aux_path in f.aux_paths:  # named after the hyperparameter
                 if keys[index[aux_path]] is None:
                     keys[index[aux_path]] = f"{key}/{kind}"
                     aux.append(f"{key}/{kind}")
                     if kind == "count":
                         schedule_counts.append(f"{key}/{kind}")
-            found.setdefault(key, []).append(f)
-            if key not in hyper:
-                hyper.append(key)
 
         slots: dict[tuple[str, str], str] = {}
         # (leaf index, short key, qualified key, slot, param path)
@@ -144,7 +149,7 @@ class Layout:
         rest = [k for k in dict.fromkeys(done) if k not in hyper and k not in aux]
         return cls(
             tuple(done),
-            tuple(hyper + aux + rest),
+            tuple([k for k in hyper if k in leaves] + aux + rest),
             slots,
             tuple(hyper),
             treedef,

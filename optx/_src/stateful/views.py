@@ -83,10 +83,9 @@ def hyperparameters(opt: Any) -> dict[str, float]:
     """The hyperparameters by their public names, as the variables hold them."""
     if not opt.built:
         return {}
-    values = opt.variables
     out = {}
     for key in opt._require_built("repr").hyperparams:
-        value = np.asarray(values[key])
+        value = np.asarray(opt._hyper_value(key))
         out[key] = float(value) if value.shape == () else value
     return out
 
