@@ -186,6 +186,10 @@ from optx._src.monitor import monitor as monitor
 from optx._src.monitor import monitor_metrics as monitor_metrics
 from optx._src.plateau import ReduceOnPlateauState as ReduceOnPlateauState
 from optx._src.plateau import reduce_on_plateau as reduce_on_plateau
+from optx._src.rounding import KahanSummationState as KahanSummationState
+from optx._src.rounding import StochasticRoundingState as StochasticRoundingState
+from optx._src.rounding import kahan_summation as kahan_summation
+from optx._src.rounding import stochastic_rounding as stochastic_rounding
 from optx._src.scaling import ScaleByLearningRateState as ScaleByLearningRateState
 from optx._src.scaling import ScaleState as ScaleState
 from optx._src.scaling import scale as scale

@@ -51,3 +51,23 @@ def assert_close(
         np.testing.assert_allclose(a, e, rtol=0, atol=atol + rtol * scale, err_msg=f"{name}[{i}]")
     print(f"{name}: max err / leaf scale {worst:.3g}")
     return worst
+
+
+EPS32 = float(np.finfo(np.float32).eps)  # 2**-23: one rounding is off by at most EPS32 / 2
+
+
+def roundoff_rtol(steps: int, roundings: int, reduced: int = 0, eps: float = EPS32) -> float:
+    """How far two correct runs of the same maths can be apart, relative to a leaf's scale.
+
+    Two programs (jit and eager, other CPUs, other shardings) may round each value
+    differently: per step, up to ``roundings`` times (a ``a * b + c`` that XLA contracts into
+    a fused multiply-add, ``x / sqrt(v)`` rewritten as ``x * rsqrt(v)``), and a reduction
+    over ``reduced`` terms summed in another order is off by up to ``reduced * eps`` of the
+    sum of its terms' sizes (Higham, *Accuracy and Stability of Numerical Algorithms*, 2002,
+    section 3.1). Over ``steps`` steps the errors add. Valid where the maths is well
+    conditioned and the terms are of the leaf's size; see tests/TOLERANCES.md.
+
+    >>> round(roundoff_rtol(steps=3, roundings=8, reduced=28) / EPS32)
+    108
+    """
+    return steps * (roundings + reduced) * eps

@@ -23,7 +23,9 @@ def run_on_devices(code: str, devices: int = 8, timeout: float = 300.0) -> str:
     subprocess's output, so the test shows what went wrong there.
     """
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    # Kept: the caller's XLA flags (e.g. --xla_cpu_max_isa, to run the suite as on another CPU).
+    flags = env.get("XLA_FLAGS", "")
+    env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
     env["JAX_PLATFORMS"] = "cpu"
     env["KERAS_BACKEND"] = "jax"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), env.get("PYTHONPATH", "")])

@@ -37,7 +37,8 @@ def _bench(module: str, *args: str) -> subprocess.CompletedProcess:
     """``python -m <module> <args>`` as CI's users run it, at XLA's cheapest optimisation."""
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
     # A smoke test: XLA's cheapest code generation keeps the ~130 compilations short.
-    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"
+    flags = env.get("XLA_FLAGS", "")  # kept: e.g. --xla_cpu_max_isa
+    env["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
     result = subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=ROOT,

@@ -403,6 +403,74 @@ def test_stateful_errors(tmp_path) -> None:
         optx.optimizers.Optimizer.load(tmp_path / "generic", params)
 
 
+def edited_copy(source: Path, dest: Path, **values: float) -> Path:
+    """A copy of the optimizer checkpoint ``source`` at ``dest`` with some variables edited.
+
+    Written with orbax alone, as a user editing a checkpoint on disk would, keeping its
+    metadata (the optimizer's config).
+    """
+    import orbax.checkpoint as ocp
+
+    with ocp.StandardCheckpointer() as checkpointer:
+        tree = dict(checkpointer.restore(source.resolve()))
+        custom = checkpointer.metadata(source.resolve()).custom_metadata
+        for key, value in values.items():
+            tree[key] = np.asarray(value, np.asarray(tree[key]).dtype)
+        checkpointer.save(dest.resolve(), tree, custom_metadata=custom)
+        checkpointer.wait_until_finished()
+    return dest
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            {"learning_rate": -5.0},
+            "`load` needs learning_rate finite and >= 0. Received: learning_rate=-5.0.",
+        ),
+        (
+            {"learning_rate": np.nan},
+            "`load` needs learning_rate finite and >= 0. Received: learning_rate=nan.",
+        ),
+        ({"beta_1": 1.0}, "`load` needs beta_1 in [0, 1). Received: beta_1=1.0."),
+        (
+            {"iterations": -3},
+            "`load` needs iterations to be an integer in [0, 2147483647] (a step count, of "
+            "shape ()). Received: iterations=-3 of dtype int32.",
+        ),
+    ],
+)
+def test_load_refuses_values_edited_out_of_range_on_disk(tmp_path, edit, message) -> None:
+    params = model()[0]
+    opt = optx.optimizers.Adam(1e-2)
+    opt.build(params)
+    opt.save(tmp_path / "opt")
+    edited = edited_copy(tmp_path / "opt", tmp_path / "edited", **edit)
+    with raises(ValueError, message):
+        optx.optimizers.Optimizer.load(edited, params)
+
+
+def test_load_shows_the_loaded_hyperparameters_as_attributes(tmp_path) -> None:
+    params = model()[0]
+    opt = optx.optimizers.Adam(1e-2, beta_1=0.5)
+    opt.build(params)
+    opt.learning_rate = 0.05  # changed after build: saved in the state and the config
+    opt.save(tmp_path / "opt")
+    loaded = optx.optimizers.Optimizer.load(tmp_path / "opt", params)
+    assert (loaded.beta_1, loaded.learning_rate) == (0.5, 0.05)
+    # The state on disk holds other values than the config: the loaded ones show.
+    edited = edited_copy(tmp_path / "opt", tmp_path / "edited", beta_1=0.25, learning_rate=0.5)
+    loaded = optx.optimizers.Optimizer.load(edited, params)
+    assert (loaded.beta_1, loaded.learning_rate) == (0.25, 0.5)
+    config = loaded.get_config()
+    assert (config["beta_1"], config["learning_rate"]) == (0.25, 0.5)
+    # ... and they are the ones the next step uses.
+    fresh = optx.optimizers.Adam(0.5, beta_1=0.25)
+    fresh.build(params)
+    grads = jax.tree.map(jnp.ones_like, params)
+    assert_trees_equal(loaded.apply(grads, params), fresh.apply(grads, params))
+
+
 # A store written by release 0.1.0.dev0 (decays kept as ``one_minus_<name>`` = 1 - b), of
 # chain(clip_by_global_norm(1.0), adamw(1e-2, b1=0.95, b2=0.9995, weight_decay=0.1)) after
 # three steps; the .npz beside it holds its leaves by their old key paths.
@@ -486,3 +554,118 @@ def test_load_own_variables_of_the_previous_release() -> None:
     opt.build(params)
     opt.load_own_variables(old)
     _check_upgraded(opt, old)
+
+
+# -- Python scalars, 64-bit leaves and empty trees ------------------------------------------
+
+
+def test_python_scalars_restore_into_the_tree_that_was_saved(tmp_path) -> None:
+    # orbax stores a Python int as int64 and a float as float64; into a Python scalar of
+    # target they come back as that Python type, exactly (2**40 does not fit in int32).
+    tree = {"w": jnp.ones(3), "step": 5, "lr": 0.1, "flag": True, "big": 2**40}
+    optx.save_state(tmp_path / "ckpt", tree)
+    restored = optx.restore_state(tmp_path / "ckpt", tree)
+    assert {k: type(v) for k, v in restored.items() if k != "w"} == {
+        "step": int,
+        "lr": float,
+        "flag": bool,
+        "big": int,
+    }
+    assert restored["step"] == 5 and restored["lr"] == 0.1 and restored["big"] == 2**40
+    assert restored["flag"] is True
+    assert_trees_equal(restored["w"], tree["w"])
+
+
+def test_64_bit_leaves_restore_into_32_bit_targets(tmp_path) -> None:
+    # Saved with NumPy's (or jax_enable_x64's) 64-bit dtypes, restored into the 32-bit arrays
+    # JAX makes by default.
+    saved = {
+        "n": np.array([-(2**31), 3, 2**31 - 1], np.int64),
+        "x": np.array([0.5, -1e38], np.float64),
+        "step": 5,
+        "lr": 0.1,
+    }
+    optx.save_state(tmp_path / "ckpt", saved)
+    target = {
+        "n": jnp.zeros(3, jnp.int32),
+        "x": jnp.zeros(2, jnp.float32),
+        "step": jnp.int32(0),
+        "lr": jnp.float32(0),
+    }
+    restored = optx.restore_state(tmp_path / "ckpt", target)
+    for key in target:
+        assert restored[key].dtype == target[key].dtype, key
+        assert isinstance(restored[key], jax.Array), key
+    np.testing.assert_array_equal(restored["n"], saved["n"])
+    np.testing.assert_array_equal(restored["x"], saved["x"].astype(np.float32))
+    assert int(restored["step"]) == 5 and float(restored["lr"]) == np.float32(0.1)
+
+
+def test_values_that_do_not_fit_the_target_dtype_are_refused(tmp_path) -> None:
+    optx.save_state(tmp_path / "int", {"n": np.array([1, 2**40], np.int64)})
+    message = (
+        "`restore_state` needs checkpoint values that fit target's dtypes. Received: leaf "
+        "'n' holds 1099511627776 (int64 in the checkpoint), outside the range of int32 in "
+        "target [-2147483648, 2147483647]. Restore it into a target of dtype int64 (with "
+        "jax.config.update('jax_enable_x64', True))."
+    )
+    with raises(ValueError, message):
+        optx.restore_state(tmp_path / "int", {"n": jnp.zeros(2, jnp.int32)})
+    # A NumPy int64 target is held in int32 by JAX (without jax_enable_x64): refused too,
+    # never wrapped to 0.
+    with raises(ValueError, message):
+        optx.restore_state(tmp_path / "int", {"n": np.zeros(2, np.int64)})
+    optx.save_state(tmp_path / "float", {"x": 1e300})
+    message = (
+        "`restore_state` needs checkpoint values that fit target's dtypes. Received: leaf "
+        "'x' holds 1e+300 (float64 in the checkpoint), which overflows float32 in target. "
+        "Restore it into a target of dtype float64 (with "
+        "jax.config.update('jax_enable_x64', True))."
+    )
+    with raises(ValueError, message):
+        optx.restore_state(tmp_path / "float", {"x": jnp.float32(0)})
+    assert optx.restore_state(tmp_path / "float", {"x": 0.0}) == {"x": 1e300}
+    # Another kind, or another 16/32-bit format, is another tree: refused as before.
+    message = "leaf 'n' of shape (2,) and dtype int64 in the checkpoint, shape (2,) and dtype "
+    with raises(ValueError, HEAD + message + "float32 in target."):
+        optx.restore_state(tmp_path / "int", {"n": jnp.zeros(2)})
+    with raises(ValueError, HEAD + "leaf 'x' of shape () and dtype float64 in the checkpoint"):
+        optx.restore_state(tmp_path / "float", {"x": 0})
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p: optx.identity().init(p),
+        lambda p: optx.chain(optx.identity(), optx.set_to_zero()).init(p),
+        lambda p: {},
+    ],
+    ids=["identity", "chain_of_stateless", "empty_dict"],
+)
+def test_empty_state_saves_and_restores(make, tmp_path, capfd) -> None:
+    params = model()[0]
+    state = make(params)
+    assert jax.tree.leaves(state) == []
+    optx.save_state(tmp_path / "step_1", state)
+    restored = optx.restore_state(tmp_path / "step_1", make(params))
+    assert jax.tree.structure(restored) == jax.tree.structure(state)
+    assert optx.latest_checkpoint(tmp_path) == str(tmp_path / "step_1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_1"]
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err and "ERROR" not in out + err, out + err
+
+
+def test_empty_and_full_trees_do_not_restore_into_each_other(tmp_path) -> None:
+    params = model()[0]
+    optx.save_state(tmp_path / "empty", optx.identity().init(params))
+    message = (
+        "a checkpoint without the leaf '0/trace/b' (target: shape (8,) and dtype float32); "
+        "0 leaves saved, 5 in target. The checkpoint is of a tree without leaves (a stateless "
+        "transform's)."
+    )
+    with raises(ValueError, HEAD + message):
+        optx.restore_state(tmp_path / "empty", optx.sgd(0.1, momentum=0.9).init(params))
+    optx.save_state(tmp_path / "full", optx.sgd(0.1).init(params))
+    message = "a checkpoint with the leaf '1/count' (shape () and dtype int32) that target "
+    with raises(ValueError, HEAD + message + "lacks; 2 leaves saved, 0 in target."):
+        optx.restore_state(tmp_path / "full", optx.identity().init(params))

@@ -308,7 +308,9 @@ CASES = [
         lambda: _adam_update_state(optx.adam(1e-3).init(P)[0]),
         ValueError,
         "`chain.update` needs the state made by this chain's `init` (a tuple of 2 states). "
-        "Received: state of type ScaleByAdamState with 4 entries.",
+        "Received: state of type ScaleByAdamState with 4 entries. That is a state made by "
+        "`adam` (ScaleByAdamState of `scale_by_adam`); pass the state returned by `init` of "
+        "this same transform (`adam`).",
     ),
     (
         lambda: optx.add_decayed_weights(0.1).update(P, optx.add_decayed_weights(0.1).init(P)),
@@ -359,7 +361,9 @@ def test_named_chain_state_mismatch():
     tx = optx.named_chain(("clip", optx.clip(1.0)), ("sgd", optx.sgd(0.1)))
     message = (
         "`named_chain.update` needs the state made by its `init`, keyed by ['clip', 'sgd']. "
-        "Received: state of type dict keyed by ['clip']."
+        "Received: state of type dict keyed by ['clip']. That is a dict holding a state "
+        "made by `clip`; pass the state returned by `init` of this same transform "
+        "(`named_chain`)."
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         tx.update(P, {"clip": optx.clip(1.0).init(P)})

@@ -315,7 +315,9 @@ def _unpacked(state):
     def unpack(x):
         if not isinstance(x, optx.HyperParams):
             return x
-        return optx.HyperParams(x.entries, x.in_force, x.residuals, x.scales, x.count)
+        return optx.HyperParams(
+            x.entries, x.in_force, x.residuals, x.scales, x.count, owner=x.owner
+        )
 
     return jax.tree.map(unpack, state, is_leaf=lambda x: isinstance(x, optx.HyperParams))
 

@@ -237,23 +237,32 @@ def test_repr_and_equality():
         (
             {"initial_scale": 0.0},
             ValueError,
-            "`dynamic_loss_scale` needs initial_scale finite and > 0. Received: initial_scale=0.0.",
+            "`dynamic_loss_scale` needs initial_scale in (0, 2**64] (2**64 is the scale's "
+            "ceiling). Received: initial_scale=0.0.",
         ),
         (
             {"initial_scale": -8.0},
             ValueError,
-            "`dynamic_loss_scale` needs initial_scale finite and > 0. "
-            "Received: initial_scale=-8.0.",
+            "`dynamic_loss_scale` needs initial_scale in (0, 2**64] (2**64 is the scale's "
+            "ceiling). Received: initial_scale=-8.0.",
         ),
         (
             {"initial_scale": float("inf")},
             ValueError,
-            "`dynamic_loss_scale` needs initial_scale finite and > 0. Received: initial_scale=inf.",
+            "`dynamic_loss_scale` needs initial_scale in (0, 2**64] (2**64 is the scale's "
+            "ceiling). Received: initial_scale=inf.",
         ),
         (
             {"initial_scale": float("nan")},
             ValueError,
-            "`dynamic_loss_scale` needs initial_scale finite and > 0. Received: initial_scale=nan.",
+            "`dynamic_loss_scale` needs initial_scale in (0, 2**64] (2**64 is the scale's "
+            "ceiling). Received: initial_scale=nan.",
+        ),
+        (
+            {"initial_scale": 2.0**65},
+            ValueError,
+            "`dynamic_loss_scale` needs initial_scale in (0, 2**64] (2**64 is the scale's "
+            "ceiling). Received: initial_scale=3.6893488147419103e+19.",
         ),
         (
             {"initial_scale": "big"},
@@ -282,8 +291,9 @@ def test_repr_and_equality():
         (
             {"growth_interval": 2**31},
             ValueError,
-            "`dynamic_loss_scale` needs growth_interval to fit an int32 counter "
-            "(at most 2147483647). Received: growth_interval=2147483648.",
+            "`dynamic_loss_scale` needs growth_interval to be an int in [1, 2**31 - 1] (step "
+            "counters are int32 and stop at 2**31 - 1 = 2147483647, so a larger count is "
+            "never reached). Received: growth_interval=2147483648.",
         ),
     ],
 )
@@ -307,6 +317,83 @@ def test_loss_scale_needs_exactly_one_state(count):
 
 def test_set_initial_scale_checks_its_range():
     state = optx.dynamic_loss_scale(optx.sgd(0.1)).init(jnp.zeros(1))
-    message = "`set_hyperparams` needs initial_scale finite and > 0. Received: initial_scale=0.0."
+    message = (
+        "`set_hyperparams` needs initial_scale in (0, 2**64] (2**64 is the scale's ceiling). "
+        "Received: initial_scale=0.0."
+    )
     with pytest.raises(ValueError, match=re.escape(message)):
         optx.set_hyperparams(state, initial_scale=0.0)
+
+
+# The ceiling of the scale: 2**64.
+CEILING = 2.0**64
+
+
+@pytest.mark.parametrize("growth_interval", [1, 3])
+def test_the_scale_stops_at_its_ceiling_and_updates_stay_nonzero(growth_interval):
+    # Clean steps whose gradients never overflow (zero would do) double the scale each
+    # `growth_interval` steps. Without a ceiling it passed 2**127 (its reciprocal flushed to
+    # 0: every update 0) and reached inf (every later step skipped).
+    tx = optx.dynamic_loss_scale(optx.sgd(1.0), 2.0**60, growth_interval)
+    params = {"w": jnp.ones(2)}
+    state = tx.init(params)
+    step = jax.jit(tx.update)
+    scales = []
+    for _ in range(40 * growth_interval):
+        s = optx.loss_scale(state)
+        grads = {"w": jnp.full(2, 0.5) * s}  # the gradient of s * loss, for a true 0.5
+        updates, state = step(grads, state, params)
+        scales.append(float(optx.loss_scale(state)))
+        # 1/s is a normal float32 at the ceiling: the update is exactly -0.5.
+        np.testing.assert_array_equal(updates["w"], np.full(2, -0.5, np.float32))
+    assert max(scales) == CEILING and scales[-1] == CEILING
+    assert scales[4 * growth_interval - 1] == CEILING  # 2**60 doubles 4 times
+    assert int(state.applied_count) == 40 * growth_interval
+
+
+def test_the_scale_never_becomes_inf_from_zero_gradients():
+    # 3,000 clean steps from 2**15 with growth every step: without the ceiling the scale was
+    # inf from step 113 on.
+    tx = optx.dynamic_loss_scale(optx.sgd(1.0), growth_interval=1)
+    params = {"w": jnp.ones(3)}
+
+    def run(state, _):
+        updates, state = tx.update({"w": jnp.zeros(3)}, state, params)
+        return state, (optx.loss_scale(state), updates["w"])
+
+    state, (scales, updates) = jax.lax.scan(run, tx.init(params), None, length=3000)
+    scales = np.asarray(scales)
+    assert np.all(np.isfinite(scales)) and scales.max() == CEILING and scales[-1] == CEILING
+    assert np.all(np.isfinite(updates))
+    assert int(state.applied_count) == 3000  # no step skipped
+
+
+def test_the_scale_state_at_the_ceiling_halves_on_overflow():
+    tx = optx.dynamic_loss_scale(optx.sgd(1.0), CEILING, growth_interval=1)
+    params = {"w": jnp.ones(1)}
+    state = tx.init(params)
+    _, state = tx.update({"w": jnp.ones(1)}, state, params)
+    assert float(optx.loss_scale(state)) == CEILING
+    _, state = tx.update({"w": jnp.array([jnp.inf])}, state, params)
+    assert float(optx.loss_scale(state)) == CEILING / 2
+
+
+def test_loss_scale_optimizer_scale_stops_at_the_ceiling():
+    opt = optx.optimizers.LossScaleOptimizer(
+        optx.optimizers.SGD(1.0), initial_scale=2.0**62, dynamic_growth_steps=1
+    )
+    w = {"w": jnp.ones(2)}
+    for _ in range(6):
+        s = float(opt.loss_scale())
+        w = opt.apply({"w": jnp.full(2, 0.25) * s}, w)
+    assert float(opt.loss_scale()) == CEILING
+    assert int(opt.iterations) == 6 and int(opt.skipped_steps) == 0
+    np.testing.assert_array_equal(w["w"], np.full(2, 1.0 - 6 * 0.25, np.float32))
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "`LossScaleOptimizer` needs initial_scale in (0, 2**64] (2**64 is the scale's "
+            "ceiling). Received: initial_scale=1e+40."
+        ),
+    ):
+        optx.optimizers.LossScaleOptimizer(optx.optimizers.SGD(1.0), initial_scale=1e40)

@@ -111,7 +111,7 @@ print("done", flush=True)
 
 def run_and_kill(root: pathlib.Path, *, at_step: int = -1, at_save: int = -1) -> list[str]:
     """Runs the training script and SIGKILLs it as it starts step ``at_step``, or as soon as
-    the temporary folder of its ``at_save``-th checkpoint exists (while orbax writes it).
+    orbax writes in the staging folder of its ``at_save``-th checkpoint.
     Returns the lines it printed."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
     env["JAX_PLATFORMS"] = "cpu"
@@ -129,7 +129,8 @@ def run_and_kill(root: pathlib.Path, *, at_step: int = -1, at_save: int = -1) ->
             lines.append(line.strip())
             if lines[-1] == f"saving {at_save * EVERY}":
                 deadline = time.monotonic() + 10
-                while not list(root.glob("*.orbax-checkpoint-tmp*")):
+                # The save's private staging folder, once orbax writes in it.
+                while not list(root.glob("*.orbax-checkpoint-tmp*/*")):
                     assert time.monotonic() < deadline, "no temporary folder appeared"
                     time.sleep(0.0002)
                 child.send_signal(signal.SIGKILL)

@@ -8,7 +8,9 @@ overwrites its state (lost steps).
 from __future__ import annotations
 
 import copy
+import re
 import threading
+import time
 from collections.abc import Callable
 
 import jax.numpy as jnp
@@ -91,3 +93,87 @@ def test_a_copy_has_its_own_lock() -> None:
     assert twin._lock is not opt._lock
     twin.apply({"w": jnp.ones(2)}, params)
     assert (int(twin.iterations), int(opt.iterations)) == (2, 1)
+
+
+class SlowStore(dict):
+    """A store that takes its time to write each array, as a file would."""
+
+    def __setitem__(self, key: str, value: object) -> None:
+        time.sleep(1e-4)  # lets the stepping thread run between two writes
+        super().__setitem__(key, value)
+
+
+def test_reads_from_other_threads_while_one_steps_see_one_whole_state() -> None:
+    # `save_own_variables`, `get_weights`, `get_slot` and `repr` read the state under the
+    # lock, as copies: a step (which donates the state's buffers) between the read and the
+    # copy gave "Array has been deleted"; each read sees the state of one iteration.
+    params, grads = {"a": jnp.ones(8), "b": jnp.ones(8)}, {"a": jnp.ones(8), "b": jnp.ones(8)}
+    reference = optx.optimizers.Adam(1e-2)
+    reference.build(params)
+    # The state after each number of steps (the same compiled step: the same bits).
+    states = [reference.get_weights()]
+    for _ in range(N):
+        reference.apply(grads, params)
+        states.append(reference.get_weights())
+    keys = list(reference.variables)
+    momentum = keys.index("adam/momentum/a")
+
+    opt = optx.optimizers.Adam(1e-2)
+    opt.build(params)
+    done, errors = threading.Event(), []
+    reads = {"save": 0, "weights": 0, "slot": 0, "repr": 0}
+
+    def check(values: list[np.ndarray]) -> None:
+        step = int(values[0])
+        for key, got, want in zip(keys, values, states[step], strict=True):
+            np.testing.assert_array_equal(got, want, err_msg=f"{key} at iteration {step}")
+
+    def read(kind: str) -> None:
+        while not done.is_set():
+            if kind == "save":
+                store = SlowStore()
+                opt.save_own_variables(store)
+                check([store[k] for k in keys])
+            elif kind == "weights":
+                check(opt.get_weights())
+            elif kind == "slot":
+                slot = np.asarray(opt.get_slot("a", "momentum"))
+                assert any(np.array_equal(slot, s[momentum]) for s in states)
+            else:
+                assert re.search(r"iterations=\d+", repr(opt))
+            reads[kind] += 1
+
+    def step() -> None:
+        try:
+            for _ in range(N):
+                opt.apply(grads, params)
+        finally:
+            done.set()
+
+    def run(work: Callable[[], None]) -> None:
+        try:
+            work()
+        except Exception as error:  # reported below
+            errors.append(error)
+
+    workers = [step] + [lambda kind=kind: read(kind) for kind in reads]
+    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert int(opt.iterations) == N
+    assert all(reads.values()), reads
+
+
+def test_a_slot_read_stays_readable_after_a_step_in_another_thread() -> None:
+    opt = optx.optimizers.SGD(0.1, momentum=0.9)
+    params = {"w": jnp.ones(4)}
+    opt.apply({"w": jnp.ones(4)}, params)
+    slot = opt.get_slot("w", "momentum")
+    stepper = threading.Thread(target=opt.apply, args=({"w": jnp.ones(4)}, params))
+    stepper.start()
+    stepper.join()
+    # A copy: the step donated the state's buffer, not this one.
+    np.testing.assert_array_equal(np.asarray(slot), np.full(4, -0.1, np.float32))

@@ -540,6 +540,27 @@ def test_muon_routes_matrices_to_muon_and_the_rest_to_adamw() -> None:
     assert optx.muon(1e-2, muon_mask=mask) == optx.muon(1e-2, muon_mask=dict(mask))
 
 
+@pytest.mark.parametrize("shape", [(0, 2), (0, 0), (2, 0)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"consistent_rms": 0.2}, {"adaptive": True, "preconditioning": "spectral"}],
+    ids=["default", "consistent_rms", "adaptive"],
+)
+def test_muon_on_a_zero_size_matrix_gives_a_zero_size_update(
+    shape: tuple[int, int], kwargs: dict[str, Any]
+) -> None:
+    # A zero-size matrix has no fan ratio: it once raised ZeroDivisionError.
+    params = {"empty": jnp.zeros(shape), "w": jnp.ones((2, 3)), "b": jnp.ones(3)}
+    tx = optx.muon(1e-2, **kwargs)
+    for update in (tx.update, jax.jit(tx.update)):
+        updates, _ = update(params, tx.init(params), params)
+        assert updates["empty"].shape == shape and updates["empty"].dtype == jnp.float32
+        assert all(bool(jnp.all(jnp.isfinite(u))) for u in jax.tree.leaves(updates))
+    alone = optx.scale_by_shape()
+    updates, _ = alone.update({"e": jnp.zeros(shape)}, alone.init({"e": jnp.zeros(shape)}))
+    assert updates["e"].shape == shape
+
+
 def test_muon_forced_on_a_3d_kernel_names_it() -> None:
     params = nested_params(conv=True)
     tx = optx.muon(1e-2, muon_mask=["conv", "kernel"])

@@ -11,8 +11,12 @@ This is the protocol of optax's ``GradientTransformation``; optax, Flax's ``Trai
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
+import types
+import typing
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
@@ -71,7 +75,11 @@ class Transform:
     schedule: any function of the step count), `init_hyperparams` makes the `HyperParams`
     the state keeps in a field named ``hyperparams``, and before each ``update`` the
     schedules among them are evaluated at their step, so ``update`` reads the values in
-    force (``state.hyperparams["factor"]``). Changing them never recompiles.
+    force (``state.hyperparams["factor"]``). Changing them never recompiles. Before that,
+    ``update`` refuses a state that another transform's ``init`` made (its hyperparameters
+    name their class), and, given ``params``, casts floating updates narrower than their
+    parameters up to the parameters' dtypes (float16 gradients of float32 parameters give
+    float32 updates, computed in float32).
 
     Subclasses set ``name`` (the public factory's name, used in errors and ``repr``).
 
@@ -132,6 +140,8 @@ class Transform:
             cls.elementwise = False
         if "update" in cls.__dict__ and cls.__dict__["update"] is not Transform.update:
             cls.update = _wrapped_update(cls.__dict__["update"])  # type: ignore[method-assign]
+        if "__post_init__" in cls.__dict__:
+            cls.__post_init__ = _flags_checked(cls.__dict__["__post_init__"])  # type: ignore[method-assign]
 
     def update(
         self, updates: Updates, state: OptState, params: Params | None = None, **extra: Any
@@ -139,11 +149,21 @@ class Transform:
         """Transforms ``updates``; returns them with the new state."""
         raise NotImplementedError
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Transform:
+        self = super().__new__(cls)
+        # The public factory that built it (`adam` for its `scale_by_adam`), for the message
+        # of an `update` given another transform's state. Not part of the configuration:
+        # equality, hashing and `repr` ignore it. A subclass with `__slots__` goes without.
+        with contextlib.suppress(AttributeError):
+            object.__setattr__(self, "_built_as", hp.current(cls.name))
+        return self
+
     def __iter__(self) -> Iterator[Callable[..., Any]]:
         # `init, update = optx.adam(1e-3)` works as with optax's NamedTuple transforms.
         return iter((self.init, self.update))
 
     def __post_init__(self) -> None:
+        _check_flags(self)
         names = self.public_names()
         for field, spec in hp.specs(type(self)):
             value = hp.check(self.name, names.get(field, field), getattr(self, field), spec)
@@ -178,7 +198,8 @@ class Transform:
         """
         value = getattr(self, field)
         if hp.is_schedule(value):
-            return jnp.asarray(value(jnp.zeros([], jnp.int32)), jnp.float32)
+            name = self.public_names().get(field, field)
+            return hp.first_value(f"{self.name}.init", name, value)
         return value
 
     def unused_hyperparams(self) -> frozenset[str]:
@@ -207,8 +228,11 @@ class Transform:
 def _wrapped_update(update: Callable[..., Any]) -> Callable[..., Any]:
     """Wraps ``update`` with what every transform's update does first.
 
-    It rejects row-sparse leaves unless the transform takes them, and puts the scheduled
-    hyperparameters of the step in force before the transform's maths.
+    It rejects row-sparse leaves unless the transform takes them, refuses a state made by
+    another transform (`check_state`), casts updates narrower than their parameters up to
+    the parameters' dtypes (`widened`), and puts the scheduled hyperparameters of the step
+    in force before the transform's maths. The checks read types and static data only:
+    under `jax.jit` they run when tracing, and add no operation to the step.
     """
 
     @functools.wraps(update)
@@ -217,14 +241,296 @@ def _wrapped_update(update: Callable[..., Any]) -> Callable[..., Any]:
     ) -> tuple[Updates, OptState]:
         if not self.row_sparse:
             sparse.reject(self.name, updates)
+        check_state(self, state)
         h = getattr(state, "hyperparams", None)
         # Only the transform that declared them advances them: a wrapper whose state is
         # its inner transform's (`skip_missing`) passes it on untouched.
         if isinstance(h, hp.HyperParams) and h.scheduled and h.owned_by(type(self)):
             state = state._replace(hyperparams=h.advance(self))
-        return update(self, updates, state, *args, **kwargs)
+        params = args[0] if args else kwargs.get("params")
+        if params is None or _WIDENED.get():
+            return update(self, updates, state, *args, **kwargs)
+        # The outermost transform widens; those it calls (a chain's) get its updates.
+        updates = widened(updates, params)
+        token = _WIDENED.set(True)
+        try:
+            return update(self, updates, state, *args, **kwargs)
+        finally:
+            _WIDENED.reset(token)
 
     return checked_update
+
+
+# Whether an enclosing transform's `update` has already widened the updates (`widened`).
+_WIDENED: contextvars.ContextVar[bool] = contextvars.ContextVar("optx_widened", default=False)
+
+
+def _flags_checked(post_init: Callable[..., Any]) -> Callable[..., Any]:
+    """Wraps a subclass's ``__post_init__`` so that its boolean options are checked first."""
+
+    @functools.wraps(post_init)
+    def checked(self: Transform) -> None:
+        _check_flags(self)
+        post_init(self)
+
+    return checked
+
+
+@functools.cache
+def _flag_fields(cls: type) -> tuple[str, ...]:
+    # Annotations are strings here (``from __future__ import annotations``).
+    return tuple(f.name for f in dataclasses.fields(cls) if f.type in ("bool", bool))
+
+
+def _check_flags(tx: Transform) -> None:
+    """Checks every field annotated ``bool``: ``nesterov="False"`` is refused, not truthy."""
+    if not dataclasses.is_dataclass(tx):
+        return
+    for field in _flag_fields(type(tx)):
+        value = getattr(tx, field)
+        if type(value) is not bool:
+            # The message names the argument the user gave (`public_names`).
+            name = tx.public_names().get(field, field) if not isinstance(value, np.bool_) else field
+            object.__setattr__(tx, field, checks.flag(tx.name, name, value))
+
+
+def built_as(tx: Any) -> str:
+    """The name ``tx`` was built under: its public factory's (``"adam"``), else its own."""
+    return getattr(tx, "_built_as", None) or getattr(tx, "name", None) or type(tx).__name__
+
+
+def maker(state: OptState) -> tuple[str, type] | None:
+    """``(name, class)`` of the first optx transform that made part of ``state``, if any.
+
+    Read from the owner of the first `HyperParams` node in ``state`` (static data).
+    """
+    for node in find_states(state, hp.HyperParams):
+        if node.owner is not None:
+            return node.owner.label, node.owner.cls
+    return None
+
+
+def describe(state: OptState) -> str:
+    """``state`` for a message: who made it and its type (``a state made by `adam` (...)``)."""
+    kind = type(state).__name__
+    if isinstance(state, tuple) and not hasattr(state, "_fields"):
+        kind = f"a tuple of {len(state)} states"
+    found = maker(state)
+    if found is None:
+        if isinstance(state, EmptyState):
+            return "an EmptyState (the state of a transform that keeps none, such as `identity`)"
+        return f"a state of type {kind}"
+    label, cls = found
+    if isinstance(getattr(state, "hyperparams", None), hp.HyperParams):
+        of = "" if label == getattr(cls, "name", label) else f" of `{cls.name}`"
+        return f"a state made by `{label}` ({kind}{of})"
+    if type(state) is tuple:  # a chain's: its first maker names the chain (`adam`)
+        return f"a state made by `{label}` ({kind})"
+    return f"a {kind} holding a state made by `{label}`"
+
+
+class StateMismatchError(ValueError):
+    """A transform's `update` was given a state that another transform's `init` made."""
+
+
+def check_state(tx: Transform, state: OptState) -> None:
+    """Refuses ``state`` if another transform made it (a `StateMismatchError`).
+
+    A state is ``tx``'s own when it is of the type ``tx``'s ``init`` is annotated to return
+    (where that names NamedTuple classes), and its own hyperparameters (its field
+    ``hyperparams``) were made by ``tx``'s class with the same hyperparameters, each a
+    schedule where ``tx``'s is, or by a class ``tx`` holds (a wrapper whose state is its
+    inner transform's). A transform that declares hyperparameters refuses a state without
+    them (an `EmptyState`, a chain's tuple, optax's); an earlier release's state (its
+    hyperparameters a dict) is taken as it is. Types and static data only: under
+    `jax.jit` this runs when tracing, and nothing is added to the step.
+    """
+    reason = mismatch(tx, state)
+    if reason is not None:
+        name = built_as(tx)
+        kinds = _state_types(type(tx))
+        expected = ""
+        if kinds:
+            names = " or ".join(k.__name__ for k in kinds)
+            expected = f" ({'an' if names[0] in 'AEIOU' else 'a'} {names})"
+        raise StateMismatchError(
+            f"`{name}.update` needs the state made by its own `init`{expected}. Received: "
+            f"{describe(state)}{reason}. Pass the state returned by `init` of this same "
+            f"transform (`{name}`)."
+        )
+
+
+def foreign(tx: Transform, state: OptState) -> bool:
+    """Whether ``state`` was made by another transform than ``tx`` (see `check_state`)."""
+    return mismatch(tx, state) is not None
+
+
+def mismatch(tx: Transform, state: OptState) -> str | None:
+    """``None`` if ``state`` may be ``tx``'s own, else what differs (``""``: its maker)."""
+    if state is None:  # no state at all, not another transform's: `update` says what fails
+        return None
+    kinds = _state_types(type(tx))
+    if kinds is not None and not isinstance(state, kinds):
+        return ""
+    h = getattr(state, "hyperparams", None)
+    if not isinstance(h, hp.HyperParams):
+        # A transform that declares hyperparameters keeps them in its state's field
+        # `hyperparams` (an earlier release's as a dict): a state without one is another's.
+        return "" if h is None and _declared(type(tx)) else None
+    owner = h.owner
+    if owner is None:
+        return None
+    if owner.cls is type(tx):
+        expected = _own_fields(tx)
+        declared = _declared(owner.cls)
+        got = frozenset((e.field, e.scheduled) for e in h.entries if e.field in declared)
+        if expected is None or got == expected:
+            return None
+        return (
+            f", whose hyperparameters are {_listed(got)} where this `{tx.name}` keeps "
+            f"{_listed(expected)}"
+        )
+    if _related(type(tx), owner.cls):
+        return None
+    held = _held_classes(tx)
+    if held is None or any(_related(c, owner.cls) for c in held):
+        return None
+    return ""
+
+
+def _listed(fields: frozenset[tuple[str, bool]]) -> str:
+    shown = [f"{f} (a schedule)" if scheduled else f for f, scheduled in sorted(fields)]
+    return ", ".join(shown) or "none"
+
+
+@functools.cache
+def _state_types(cls: type) -> tuple[type, ...] | None:
+    """The NamedTuple classes ``cls.init`` is annotated to return; ``None`` if not that."""
+    init = getattr(cls, "init", None)
+    try:
+        returned = typing.get_type_hints(init).get("return")
+    except Exception:  # an annotation that does not resolve here: no claim
+        return None
+    members = typing.get_args(returned) if isinstance(returned, types.UnionType) else ()
+    kinds = members or (returned,)
+    if all(isinstance(k, type) and issubclass(k, tuple) and hasattr(k, "_fields") for k in kinds):
+        return tuple(kinds)
+    return None
+
+
+def _related(a: type, b: type) -> bool:
+    return a is b or issubclass(a, b) or issubclass(b, a)
+
+
+@functools.cache
+def _declared(cls: type) -> frozenset[str]:
+    return frozenset(name for name, _ in hp.specs(cls))
+
+
+def _own_fields(tx: Transform) -> frozenset[tuple[str, bool]] | None:
+    """The declared hyperparameters ``tx``'s own state keeps; ``None`` if unknown."""
+    try:
+        return _own_fields_cached(tx)
+    except TypeError:  # unhashable configuration
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _own_fields_cached(tx: Transform) -> frozenset[tuple[str, bool]] | None:
+    # `hp.create`'s choice, without making arrays (this may run inside a trace).
+    try:
+        unused = tx.unused_hyperparams()
+        return frozenset(
+            (f, hp.is_schedule(getattr(tx, f)))
+            for f, spec in hp.specs(type(tx))
+            if not ((getattr(tx, f) is None and spec.optional) or f in unused)
+        )
+    except Exception:  # a subclass's own encoding: do not guess
+        return None
+
+
+def _held_classes(tx: Transform) -> frozenset[type] | None:
+    """Classes of the optx transforms in ``tx``'s configuration (recursively).
+
+    ``None`` when it holds a transform that is not optx's (optax's): what that holds
+    cannot be seen, so any state is possible.
+    """
+    try:
+        return _held_cached(tx)
+    except TypeError:  # unhashable configuration
+        return _held(tx)
+
+
+@functools.lru_cache(maxsize=4096)
+def _held_cached(tx: Transform) -> frozenset[type] | None:
+    return _held(tx)
+
+
+def _held(tx: Any) -> frozenset[type] | None:
+    found: set[type] = set()
+
+    def visit(x: Any, depth: int) -> bool:
+        if depth > 64:
+            return True
+        if isinstance(x, Transform):
+            found.add(type(x))
+            return all(visit(c, depth + 1) for c in _configuration(x))
+        if isinstance(x, GradientTransformationLike):
+            return False
+        if isinstance(x, tuple | list):
+            return all(visit(c, depth + 1) for c in x)
+        if isinstance(x, dict):
+            return all(visit(c, depth + 1) for c in x.values())
+        return True
+
+    if not all(visit(c, 0) for c in _configuration(tx)):
+        return None
+    return frozenset(found)
+
+
+def _configuration(tx: Any) -> list[Any]:
+    """The values of a transform's fields (of its attributes, if not a dataclass)."""
+    if dataclasses.is_dataclass(tx):
+        return [getattr(tx, f.name, None) for f in dataclasses.fields(tx)]
+    return list(getattr(tx, "__dict__", {}).values())
+
+
+def widened(updates: Updates, params: Params) -> Updates:
+    """``updates`` with each floating leaf narrower than its parameter cast to its dtype.
+
+    float16 gradients of float32 parameters (mixed precision) then give float32 updates,
+    computed in float32: `sgd(1e-8)` scaling a float16 gradient would round the update to
+    zero, and Adam's float16 cast of its update would round it to float16's subnormals.
+    A leaf as wide as its parameter, or wider (float32 updates of bfloat16 parameters,
+    which `apply_updates` rounds once, when adding), is left as it is. Where every dtype
+    matches this returns ``updates`` itself, with no operation added.
+    """
+    u_leaves, u_def = jax.tree.flatten(updates, is_leaf=sparse.is_update_leaf)
+    p_leaves, p_def = jax.tree.flatten(params, is_leaf=sparse.is_update_leaf)
+    if len(u_leaves) != len(p_leaves):
+        return updates
+    casts = [_widening(u, p) for u, p in zip(u_leaves, p_leaves, strict=True)]
+    if not any(casts) or u_def != p_def:
+        return updates
+    return u_def.unflatten(
+        [u if d is None else u.astype(d) for u, d in zip(u_leaves, casts, strict=True)]
+    )
+
+
+def _widening(u: Any, p: Any) -> Any:
+    ud, pd = getattr(u, "dtype", None), getattr(p, "dtype", None)
+    if ud is None or pd is None or ud == pd or isinstance(u, sparse.RowSparse):
+        return None
+    return _wider(np.dtype(ud), np.dtype(pd))
+
+
+@functools.cache
+def _wider(ud: np.dtype, pd: np.dtype) -> np.dtype | None:
+    """``pd`` if it holds every value of ``ud`` (a wider float of the same kind), else None."""
+    for kind in (jnp.floating, jnp.complexfloating):
+        if jnp.issubdtype(ud, kind) and jnp.issubdtype(pd, kind):
+            return pd if jnp.promote_types(ud, pd) == pd else None
+    return None
 
 
 def _short_repr(value: Any) -> str:

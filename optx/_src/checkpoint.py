@@ -6,15 +6,25 @@ state saved on one mesh restores onto another), and a check, before any array is
 the saved tree is the target's (leaf paths, shapes, dtypes), so a checkpoint of another
 optimizer fails with the first leaf that differs rather than deep inside orbax.
 
-Atomicity is orbax's: a save writes to ``<directory>.orbax-checkpoint-tmp-*``, writes
-``commit_success.txt`` when every array is on disk, and only then renames the folder to
-``<directory>``. `restore_state` refuses a folder without both, so a save cut short (a
-crash, a preempted job) is never read as a complete checkpoint; `latest_checkpoint` finds the
-newest complete one among a run's checkpoints.
+Atomic and safe under concurrency (`checkpoint_publish`): a save writes into a staging
+folder of its own beside ``<directory>``, flushes every file to disk and publishes it with
+one atomic ``os.rename``. Of several threads or processes saving to one directory at once,
+exactly one wins and the others raise a `ValueError` naming the directory. A save cut short
+(a crash, ``kill -9``, a preempted job) leaves only its staging folder, which
+`restore_state` refuses and `latest_checkpoint` skips, so nothing half-written is ever read
+as a checkpoint.
 
 Each checkpoint also records, in orbax's custom metadata, the type of every NamedTuple (or
 other custom) node of the saved tree by path, so that a state of another optimizer with the
 same leaves (``adam`` and ``adabelief`` keep the same ``mu`` and ``nu``) is refused too.
+
+Python scalars are stored as orbax stores them (``5`` as int64, ``0.5`` as float64, ``True``
+as bool) and restore, into a target holding a Python scalar, as that Python type and value.
+A leaf stored in a 64-bit dtype restores into a target array of the same kind and a
+narrower width (int64 into int32, float64 into float32: what JAX makes without
+``jax_enable_x64``), and the other way round, when every value fits: one that does not
+(2**40 into int32, 1e300 into float32) raises, never wraps or overflows. A tree without
+leaves (the state of ``identity``, or of a chain of stateless transforms) saves and restores.
 
 orbax-checkpoint is an optional dependency (``pip install orbax-checkpoint``), imported on
 the first call.
@@ -27,20 +37,20 @@ import re
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.sharding import SingleDeviceSharding
 
+from optx._src import checkpoint_match as match
+from optx._src import checkpoint_publish as publish
 from optx._src import hyperparams as hp
 from optx._src.base import OptState
 from optx._src.tree import path_name
 
 PyTree = Any
-_COMMIT_FILE = "commit_success.txt"
-_TMP_SUFFIX = ".orbax-checkpoint-tmp"
 # Key of optx's entries in a checkpoint's custom metadata (shared with the stateful `save`).
 _KEY = "optx"
 _TYPES = "state_types"
+# Flag (and placeholder leaf) of a checkpoint of a tree without leaves.
+_EMPTY = "empty_tree"
 
 
 def save_state(directory: str | os.PathLike[str], state: OptState, *, force: bool = False) -> None:
@@ -49,17 +59,25 @@ def save_state(directory: str | os.PathLike[str], state: OptState, *, force: boo
     NamedTuple states, dicts, `MaskedNode` placeholders, int32 step counts and float32
     hyperparameters are saved as they are; a sharded state is written shard by shard by
     the processes that hold it (no gather to one host). The call returns when the
-    checkpoint is complete on disk. Any pytree works, so ``{"params": params, "opt_state":
-    state}`` saves a whole training state at once.
+    checkpoint is complete and flushed to disk. Any pytree works, so ``{"params": params,
+    "opt_state": state, "step": 5}`` saves a whole training state at once (Python scalars
+    restore as Python scalars), and so does a state without leaves (``identity``'s).
+
+    The checkpoint appears at ``directory`` whole, in one atomic rename, or not at all.
+    Threads or processes saving to one ``directory`` at once do not mix: one wins, the
+    others raise (see the module docstring).
 
     Args:
-      directory: the checkpoint's folder; it must not exist yet (orbax creates it
-        atomically, see the module docstring).
+      directory: the checkpoint's folder; it must not exist yet.
       state: the pytree to save, e.g. ``tx.init(params)`` after some steps.
-      force: overwrite an existing ``directory``.
+      force: overwrite an existing ``directory``: the old folder is set aside and the new
+        one renamed into place, so a reader sees the old checkpoint, none, or the new one,
+        never a mix; of writers racing with ``force``, the last to publish stays.
 
     Raises:
-      ValueError: ``directory`` exists and ``force`` is ``False``.
+      ValueError: ``directory`` exists and ``force`` is ``False``, or another writer
+        published a checkpoint there while this call was saving (the message says so, and
+        that checkpoint is left as it is).
 
     Example:
       >>> import tempfile, jax.numpy as jnp, optx
@@ -72,14 +90,7 @@ def save_state(directory: str | os.PathLike[str], state: OptState, *, force: boo
       >>> restored[0].mu["w"]
       Array([0., 0., 0.], dtype=float32)
     """
-    ocp = _orbax("save_state")
-    path = _path(directory)
-    if path.exists() and not force:
-        raise ValueError(
-            f"`save_state` needs a directory that does not exist yet (or force=True to "
-            f"overwrite it). Received: directory={str(path)!r}, which exists."
-        )
-    _save(ocp, path, state, None, force)
+    _save("save_state", directory, state, None, force)
 
 
 def restore_state(directory: str | os.PathLike[str], target: OptState) -> OptState:
@@ -94,7 +105,9 @@ def restore_state(directory: str | os.PathLike[str], target: OptState) -> OptSta
 
     The saved tree is compared with ``target`` before anything is read: the same leaf
     paths (NamedTuple fields, dict keys, tuple positions; empty nodes such as `MaskedNode`
-    hold none), shapes and dtypes.
+    hold none), shapes and dtypes. A Python scalar in ``target`` restores as that Python
+    type (``5`` was stored as int64); a leaf stored 64-bit restores into a target of the
+    same kind and another width (int64 into int32) when its values fit.
 
     Args:
       directory: a folder written by `save_state`.
@@ -109,15 +122,19 @@ def restore_state(directory: str | os.PathLike[str], target: OptState) -> OptSta
         finish), or its tree differs from ``target``'s: the message names the first leaf
         path that differs (missing, extra, or its shapes and dtypes on both sides), or,
         with the same leaves, the first node whose state type differs (a checkpoint of
-        ``adam`` restored into ``adabelief``).
+        ``adam`` restored into ``adabelief``), or a value does not fit target's narrower
+        dtype (an int64 of 2**40 into int32).
 
     Example:
       >>> import tempfile, jax, jax.numpy as jnp, optx
       >>> params = {"w": jnp.ones(3)}
       >>> tx = optx.sgd(0.1, momentum=0.9)
       >>> path = tempfile.mkdtemp() + "/ckpt"
-      >>> optx.save_state(path, tx.init(params))
-      >>> state = optx.restore_state(path, jax.eval_shape(tx.init, params))
+      >>> optx.save_state(path, {"opt_state": tx.init(params), "step": 5})
+      >>> target = {"opt_state": jax.eval_shape(tx.init, params), "step": 0}
+      >>> optx.restore_state(path, target)["step"]
+      5
+      >>> optx.save_state(path, tx.init(params), force=True)
       >>> optx.restore_state(path, optx.adam(0.1).init(params))
       Traceback (most recent call last):
         ...
@@ -132,8 +149,8 @@ def latest_checkpoint(root: str | os.PathLike[str]) -> str | None:
     A run that saves every few steps to ``root/step_<n>`` (`save_state`, or an optimizer's
     ``save``) and is killed, even in the middle of a save, resumes from the folder this
     returns: among the folders directly in ``root`` whose names end in a number, the one
-    with the largest number that orbax finalized (a save cut short is skipped, see the
-    module docstring).
+    with the largest number that was published whole (a save cut short, or still being
+    written, is a staging folder, skipped; see the module docstring).
 
     Args:
       root: the folder holding the run's checkpoints.
@@ -155,8 +172,8 @@ def latest_checkpoint(root: str | os.PathLike[str]) -> str | None:
       >>> optx.latest_checkpoint(root) == f"{root}/step_10"
       True
     """
-    ocp = _orbax("latest_checkpoint")
-    path = _path(root)
+    ocp = publish.orbax("latest_checkpoint")
+    path = publish.as_path(root)
     if not path.exists():
         return None
     if not path.is_dir():
@@ -167,7 +184,7 @@ def latest_checkpoint(root: str | os.PathLike[str]) -> str | None:
     numbered = []
     for child in path.iterdir():
         found = re.search(r"(\d+)$", child.name)
-        if found and child.is_dir() and _finalized(ocp, child):
+        if found and child.is_dir() and publish.finalized(ocp, child):
             numbered.append((int(found.group(1)), child.name))
     if not numbered:
         return None
@@ -177,61 +194,41 @@ def latest_checkpoint(root: str | os.PathLike[str]) -> str | None:
 # -- shared with the stateful optimizers' `save` / `load` ---------------------------------
 
 
-def _orbax(api: str) -> Any:
-    try:
-        import orbax.checkpoint as ocp
-    except ImportError as e:  # pragma: no cover - orbax is a test dependency
-        raise ImportError(
-            f"`{api}` needs orbax-checkpoint. Received: no module 'orbax.checkpoint'; "
-            f"install it with `pip install orbax-checkpoint`."
-        ) from e
-    return ocp
-
-
-def _path(directory: str | os.PathLike[str]) -> Any:
-    from etils import epath  # orbax's path type; installed with it
-
-    text = os.fspath(directory)
-    # orbax wants absolute paths; a URL (gs://...) is left as it is.
-    return epath.Path(text if "://" in text else os.path.abspath(text))
-
-
 def _save(
-    ocp: Any, path: Any, tree: PyTree, custom_metadata: dict[str, Any] | None, force: bool
+    api: str,
+    directory: str | os.PathLike[str],
+    tree: PyTree,
+    custom_metadata: dict[str, Any] | None,
+    force: bool,
 ) -> None:
+    """Saves ``tree`` with the node types of its states (see `checkpoint_publish.write`)."""
     metadata = dict(custom_metadata or {})
-    metadata[_KEY] = {**metadata.get(_KEY, {}), _TYPES: _node_types(tree)}
-    with ocp.StandardCheckpointer() as checkpointer:
-        checkpointer.save(path, tree, force=force, custom_metadata=metadata)
-        checkpointer.wait_until_finished()
-
-
-def _finalized(ocp: Any, path: Any) -> bool:
-    """Whether orbax completed the checkpoint at ``path`` (renamed, with its marker)."""
-    return (
-        _TMP_SUFFIX not in path.name
-        and (path / _COMMIT_FILE).exists()
-        and ocp.utils.is_checkpoint_finalized(path)
-    )
+    metadata[_KEY] = {**metadata.get(_KEY, {}), _TYPES: match.node_types(tree)}
+    if not jax.tree.leaves(tree):
+        # orbax refuses an empty tree ("Found empty item."): one placeholder leaf instead,
+        # and a flag that `_restore` reads to return target's (empty) tree.
+        metadata[_KEY][_EMPTY] = True
+        tree = {_EMPTY: np.zeros((), np.int8)}
+    publish.write(api, directory, tree, metadata, force)
 
 
 def _metadata(api: str, directory: str | os.PathLike[str]) -> Any:
     """Orbax's `StepMetadata` of a finalized checkpoint at ``directory``."""
-    ocp = _orbax(api)
-    path = _path(directory)
+    ocp = publish.orbax(api)
+    path = publish.as_path(directory)
     if not path.exists():
         raise FileNotFoundError(
             f"`{api}` needs an existing checkpoint directory. Received: "
             f"directory={str(path)!r}, which does not exist."
         )
-    if not _finalized(ocp, path):
+    if not publish.finalized(ocp, path):
         raise ValueError(
             f"`{api}` needs a finalized checkpoint (orbax renames a save's temporary "
-            f"folder and writes {_COMMIT_FILE!r} only once it is complete). Received: "
+            f"folder and writes {publish.COMMIT_FILE!r} only once it is complete). Received: "
             f"directory={str(path)!r}, an incomplete or interrupted save; use an earlier "
             f"checkpoint."
         )
-    with ocp.StandardCheckpointer() as checkpointer:
+    with publish.LOCK, ocp.StandardCheckpointer() as checkpointer:
         meta = checkpointer.metadata(path)
     if getattr(meta, "item_metadata", None) is None:
         raise ValueError(
@@ -244,27 +241,54 @@ def _metadata(api: str, directory: str | os.PathLike[str]) -> Any:
 
 def _restore(api: str, directory: str | os.PathLike[str], target: PyTree) -> PyTree:
     meta = _metadata(api, directory)
-    saved_names = [
-        path_name(p) for p, _ in jax.tree_util.tree_flatten_with_path(meta.item_metadata.tree)[0]
-    ]
-    if hp.is_legacy(saved_names):
-        return _restore_legacy(api, directory, target)
-    _check_tree(api, meta.item_metadata.tree, target)
     custom = meta.custom_metadata if isinstance(meta.custom_metadata, dict) else {}
-    saved_types = custom.get(_KEY, {}).get(_TYPES)
+    ours = custom.get(_KEY) if isinstance(custom.get(_KEY), dict) else {}
+    empty = bool(ours.get(_EMPTY))
+    saved = {} if empty else match.saved_leaves(meta.item_metadata.tree)
+    if hp.is_legacy(list(saved)):
+        return _restore_legacy(api, directory, target)
+    match.check_tree(api, saved, target)
+    saved_types = ours.get(_TYPES)
     if isinstance(saved_types, dict):  # absent from checkpoints written by orbax alone
-        _check_types(api, saved_types, _node_types(target))
-    abstract = jax.tree.map(_abstract, target)
-    ocp = _orbax(api)
-    with ocp.StandardCheckpointer() as checkpointer:
-        return checkpointer.restore(_path(directory), abstract)
+        match.check_types(api, saved_types, match.node_types(target))
+    flat, treedef = jax.tree_util.tree_flatten_with_path(target)
+    if empty:
+        return jax.tree.unflatten(treedef, [])
+    abstract, widths = [], {}
+    for i, (p, leaf) in enumerate(flat):
+        saved_dtype = saved[path_name(p)][1]
+        if match.is_scalar(leaf):
+            abstract.append(leaf)  # orbax restores a Python scalar as one, exactly
+        elif saved_dtype is not None and np.dtype(saved_dtype) != match.held(leaf):
+            # Read in the stored width, then narrowed (or widened) with a range check: orbax
+            # would wrap an int64 into int32 silently (2**40 -> 0).
+            abstract.append(np.empty(np.shape(leaf), saved_dtype))
+            widths[i] = path_name(p)
+        else:
+            abstract.append(match.abstract(leaf))
+    ocp = publish.orbax(api)
+    with publish.LOCK, ocp.StandardCheckpointer() as checkpointer:
+        restored = checkpointer.restore(
+            publish.as_path(directory), jax.tree.unflatten(treedef, abstract)
+        )
+    leaves = jax.tree.leaves(restored)
+    for i, name in widths.items():
+        leaf = flat[i][1]
+        value = match.fit(api, name, np.asarray(leaves[i]), match.held(leaf))
+        leaves[i] = jax.device_put(value, match.abstract(leaf).sharding)
+    return jax.tree.unflatten(treedef, leaves)
+
+
+def _restore_raw(api: str, directory: str | os.PathLike[str]) -> PyTree:
+    """The saved tree as orbax restores it without a target (for earlier releases' stores)."""
+    ocp = publish.orbax(api)
+    with publish.LOCK, ocp.StandardCheckpointer() as checkpointer:
+        return checkpointer.restore(publish.as_path(directory))
 
 
 def _restore_legacy(api: str, directory: str | os.PathLike[str], target: PyTree) -> PyTree:
     """Restores a store of an earlier release, whose decays were stored as ``1 - b``."""
-    ocp = _orbax(api)
-    with ocp.StandardCheckpointer() as checkpointer:
-        raw = checkpointer.restore(_path(directory))
+    raw = _restore_raw(api, directory)
     saved = {path_name(p): np.asarray(x) for p, x in jax.tree_util.tree_flatten_with_path(raw)[0]}
     try:
         upgraded = hp.upgrade_legacy(saved, target, path_name)
@@ -288,119 +312,12 @@ def _restore_legacy(api: str, directory: str | os.PathLike[str], target: PyTree)
                 f"`{api}` needs a checkpoint whose tree matches target's. Received: a "
                 f"checkpoint of an earlier release without the leaf {name!r}."
             )
-        if value.shape != np.shape(leaf) or value.dtype != _dtype(leaf):
+        shape, dtype = np.shape(leaf), match.dtype_of(leaf)
+        if value.shape != shape or value.dtype != dtype:
             raise ValueError(
                 f"`{api}` needs a checkpoint whose tree matches target's. Received: leaf "
-                f"{name!r} of {_describe(value.shape, value.dtype)} in the checkpoint (an "
-                f"earlier release's), {_describe(np.shape(leaf), _dtype(leaf))} in target."
+                f"{name!r} of {match.describe(value.shape, value.dtype)} in the checkpoint (an "
+                f"earlier release's), {match.describe(shape, dtype)} in target."
             )
-        leaves.append(jax.device_put(value, _abstract(leaf).sharding))
+        leaves.append(jax.device_put(value, match.abstract(leaf).sharding))
     return jax.tree.unflatten(jax.tree.structure(target), leaves)
-
-
-def _abstract(leaf: Any) -> jax.ShapeDtypeStruct:
-    sharding = getattr(leaf, "sharding", None)
-    if sharding is None or isinstance(leaf, jax.core.Tracer):
-        sharding = SingleDeviceSharding(jax.local_devices()[0])
-    return jax.ShapeDtypeStruct(np.shape(leaf), _dtype(leaf), sharding=sharding)
-
-
-def _dtype(leaf: Any) -> np.dtype:
-    dtype = getattr(leaf, "dtype", None)
-    return np.dtype(dtype) if dtype is not None else np.dtype(jnp.asarray(leaf).dtype)
-
-
-def _describe(shape: tuple[int, ...], dtype: Any) -> str:
-    return f"shape {tuple(shape)} and dtype {np.dtype(dtype).name}"
-
-
-def _check_tree(api: str, saved: PyTree, target: PyTree) -> None:
-    """Raises a `ValueError` naming the first leaf where ``saved`` (orbax's) and ``target`` differ.
-
-    orbax keeps a NamedTuple as a dict of its fields and a tuple as a list; both flatten to
-    the same key names, so the paths compare as strings. Empty nodes keep no leaf.
-    """
-    stored = {
-        path_name(p): (tuple(getattr(m, "shape", ()) or ()), getattr(m, "dtype", None))
-        for p, m in jax.tree_util.tree_flatten_with_path(saved)[0]
-    }
-    wanted = jax.tree_util.tree_flatten_with_path(target)[0]
-    head = f"`{api}` needs a checkpoint whose tree matches target's (the same leaf paths, "
-    head += "shapes and dtypes; was it saved from another optimizer or other parameters?)."
-    names = set()
-    for p, leaf in wanted:
-        name = path_name(p)
-        names.add(name)
-        shape, dtype = tuple(np.shape(leaf)), _dtype(leaf)
-        if name not in stored:
-            raise ValueError(
-                f"{head} Received: a checkpoint without the leaf {name!r} (target: "
-                f"{_describe(shape, dtype)}); {len(stored)} leaves saved, {len(wanted)} "
-                f"in target. Saved leaves like it: {_listing(_nearby(name, list(stored)))}."
-            )
-        s_shape, s_dtype = stored[name]
-        if s_shape != shape or (s_dtype is not None and np.dtype(s_dtype) != dtype):
-            saved_dtype = s_dtype if s_dtype is not None else dtype
-            raise ValueError(
-                f"{head} Received: leaf {name!r} of {_describe(s_shape, saved_dtype)} in "
-                f"the checkpoint, {_describe(shape, dtype)} in target."
-            )
-    extra = [n for n in stored if n not in names]
-    if extra:
-        s_shape, s_dtype = stored[extra[0]]
-        raise ValueError(
-            f"{head} Received: a checkpoint with the leaf {extra[0]!r} "
-            f"({_describe(s_shape, s_dtype or np.float32)}) that target lacks; "
-            f"{len(stored)} leaves saved, {len(wanted)} in target."
-        )
-
-
-def _node_types(tree: PyTree) -> dict[str, str]:
-    """The type name of each node of ``tree`` with children, but dicts, lists and tuples.
-
-    Keyed by the node's path (`path_name`; ``""`` for the root), in tree order: the
-    NamedTuple states of an optimizer, and any other registered node type.
-    """
-    found: dict[str, str] = {}
-
-    def visit(prefix: tuple[Any, ...], node: Any) -> None:
-        if jax.tree_util.treedef_is_leaf(jax.tree.structure(node)):
-            return  # an array, None, or a node without children
-        if type(node) not in (dict, list, tuple):
-            found[path_name(prefix)] = type(node).__name__
-        children = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda c: c is not node)
-        for path, child in children[0]:
-            visit(prefix + tuple(path), child)
-
-    visit((), tree)
-    return found
-
-
-def _check_types(api: str, saved: dict[str, str], wanted: dict[str, str]) -> None:
-    """Raises a `ValueError` naming the first node whose saved state type is not target's."""
-    for name, kind in wanted.items():
-        if name in saved and saved[name] != kind:
-            where = repr(name) if name else "the root"
-            raise ValueError(
-                f"`{api}` needs a checkpoint of target's optimizer (the same state types at "
-                f"the same paths). Received: node {where} is a {saved[name]} in the "
-                f"checkpoint, a {kind} in target: the checkpoint holds the same leaves but "
-                f"was saved from another optimizer. Restore it into a state of that one."
-            )
-
-
-def _nearby(name: str, stored: list[str]) -> list[str]:
-    """The saved leaves of the same parameter (last key), else those sharing a prefix."""
-    last = name.rpartition("/")[2]
-    same = [n for n in stored if n.rpartition("/")[2] == last]
-    if same:
-        return same
-    prefix = name
-    while prefix and not any(n.startswith(prefix + "/") for n in stored):
-        prefix = prefix.rpartition("/")[0]
-    return [n for n in stored if n.startswith(prefix + "/")] if prefix else stored
-
-
-def _listing(names: list[str]) -> str:
-    shown = ", ".join(repr(n) for n in names[:4])
-    return shown + (f" and {len(names) - 4} more" if len(names) > 4 else "")

@@ -181,14 +181,56 @@ def transform(api: str, name: str, value: Any) -> None:
         )
 
 
-def nonneg_int(api: str, name: str, value: Any, minimum: int = 0) -> int:
-    """Checks a structural integer option."""
+INT32_MAX = 2**31 - 1
+"""The largest step count: optx's counters are int32 and saturate there (never wrap)."""
+
+
+def nonneg_int(
+    api: str, name: str, value: Any, minimum: int = 0, maximum: int | None = INT32_MAX
+) -> int:
+    """Checks a structural integer option: an int in ``[minimum, maximum]``.
+
+    The default ``maximum`` is int32's: such an option is compared with an int32 counter
+    (or enters int32 arithmetic), which stops at ``2**31 - 1``; a larger value would never
+    be reached, and JAX refuses it as an int32 at the first update.
+    """
     api, name = current(api), shown(name)
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
         raise ValueError(
             f"`{api}` needs {name} to be an int >= {minimum}. Received: {name}={value!r}."
         )
+    if maximum is not None and value > maximum:
+        raise ValueError(too_large(api, name, value, minimum, maximum))
     return int(value)
+
+
+COUNTER_LIMIT = (
+    "step counters are int32 and stop at 2**31 - 1 = 2147483647, so a larger count is never reached"
+)
+
+
+def too_large(api: str, name: str, value: Any, minimum: int, maximum: int = INT32_MAX) -> str:
+    """The message for a step count or period above ``maximum`` (int32's, by default)."""
+    if maximum == INT32_MAX:
+        return (
+            f"`{api}` needs {name} to be an int in [{minimum}, 2**31 - 1] ({COUNTER_LIMIT}). "
+            f"Received: {name}={value!r}."
+        )
+    return (
+        f"`{api}` needs {name} to be an int in [{minimum}, {maximum}]. Received: {name}={value!r}."
+    )
+
+
+def flag(api: str, name: str, value: Any) -> bool:
+    """Checks a boolean option: a structural switch, where a truthy string is a mistake.
+
+    ``nesterov="False"`` would otherwise switch Nesterov momentum on. NumPy's bool is
+    accepted and returned as a Python bool (hashable, and equal in configs).
+    """
+    if not isinstance(value, bool | np.bool_):
+        api, name = current(api), shown(name)
+        raise TypeError(f"`{api}` needs {name} to be a bool. Received: {name}={value!r}.")
+    return bool(value)
 
 
 def dtype_option(api: str, name: str, value: Any) -> np.dtype | None:

@@ -11,7 +11,18 @@ from typing import Any, NamedTuple
 import jax
 
 from optx._src import checks, sparse
-from optx._src.base import GradientTransformationLike, OptState, Params, Transform, Updates
+from optx._src.base import (
+    GradientTransformationLike,
+    OptState,
+    Params,
+    StateMismatchError,
+    Transform,
+    Updates,
+    built_as,
+    describe,
+    foreign,
+    mismatch,
+)
 from optx._src.base import transform as _transform
 from optx._src.tree import is_none, is_param, path_name
 
@@ -61,12 +72,17 @@ class Chain(Transform):
         self, updates: Updates, state: OptState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, tuple[OptState, ...]]:
         if not isinstance(state, tuple) or len(state) != len(self.transforms):
-            raise ValueError(
+            raise StateMismatchError(
                 f"`chain.update` needs the state made by this chain's `init` (a tuple of "
                 f"{len(self.transforms)} states). Received: state of type "
                 f"{type(state).__name__}"
                 + (f" with {len(state)} entries." if isinstance(state, tuple) else ".")
+                + _mismatch_hint(self, state)
             )
+        for i, (tx, s) in enumerate(zip(self.transforms, state, strict=True)):
+            # Checked here for all of them first, to say where each state belongs.
+            if isinstance(tx, Transform) and foreign(tx, s):
+                raise StateMismatchError(self._misplaced(i, state))
         new_state = []
         for tx, accepts, s in zip(self.transforms, self._accepts, state, strict=True):
             updates, s = call_update(tx, accepts, updates, s, params, extra)
@@ -75,6 +91,37 @@ class Chain(Transform):
 
     def __repr__(self) -> str:
         return f"chain({', '.join(map(repr, self.transforms))})"
+
+    def _misplaced(self, i: int, state: tuple[OptState, ...]) -> str:
+        """The message for ``state[i]``, made by another transform than ``transforms[i]``."""
+        name, tx = built_as(self), self.transforms[i]
+        own = [t for t in self.transforms if isinstance(t, Transform)]
+        shuffled = all(any(not foreign(t, s) for t in own) for s in state)
+        order = (
+            " The states are those of this chain's transforms in another order." if shuffled else ""
+        )
+        return (
+            f"`{name}.update` needs the state made by its own `init`: a tuple with the state "
+            f"of each of its transforms, in order. Received: {describe(state)}; at "
+            f"state[{i}], for `{_shown_name(tx)}`: {describe(state[i])}"
+            f"{mismatch(tx, state[i]) or ''}.{order} "
+            f"Pass the state returned by `init` of this same transform (`{name}`)."
+        )
+
+
+def _mismatch_hint(tx: Transform, state: OptState) -> str:
+    """The end of a message on a state of the wrong structure: who made it, what to pass."""
+    return (
+        f" That is {describe(state)}; pass the state returned by `init` of this same "
+        f"transform (`{built_as(tx)}`)."
+    )
+
+
+def _shown_name(tx: Any) -> str:
+    """A transform's name in a message: a chain goes by its factory's (`adam`)."""
+    if isinstance(tx, Chain | NamedChain):
+        return built_as(tx)
+    return getattr(tx, "name", type(tx).__name__)
 
 
 def chain(*transforms: GradientTransformationLike) -> Chain:
@@ -139,11 +186,20 @@ class NamedChain(Transform):
     ) -> tuple[Updates, dict[str, OptState]]:
         expected = [n for n, _ in self.transforms]
         if not isinstance(state, Mapping) or sorted(state) != sorted(expected):
-            raise ValueError(
+            raise StateMismatchError(
                 f"`named_chain.update` needs the state made by its `init`, keyed by "
                 f"{expected}. Received: state of type {type(state).__name__}"
                 + (f" keyed by {list(state)}." if isinstance(state, Mapping) else ".")
+                + _mismatch_hint(self, state)
             )
+        for n, tx in self.transforms:
+            if isinstance(tx, Transform) and foreign(tx, state[n]):
+                raise StateMismatchError(
+                    f"`{built_as(self)}.update` needs the state made by its own `init`. "
+                    f"Received: at state[{n!r}], for `{_shown_name(tx)}`: "
+                    f"{describe(state[n])}{mismatch(tx, state[n]) or ''}. Pass the state "
+                    f"returned by `init` of this same transform (`{built_as(self)}`)."
+                )
         new_state = {}
         for (n, tx), accepts in zip(self.transforms, self._accepts, strict=True):
             updates, new_state[n] = call_update(tx, accepts, updates, state[n], params, extra)
@@ -434,6 +490,19 @@ class Partition(Transform):
         if params is not None:
             checks.same_tree(
                 "partition.update", params, updates, "params", "updates", allow_none=True
+            )
+        expected = [label for label, _ in self.transforms]
+        inner_states = getattr(state, "inner_states", None)
+        if not isinstance(inner_states, Mapping) or sorted(map(repr, inner_states)) != sorted(
+            map(repr, expected)
+        ):
+            shown = list(inner_states) if isinstance(inner_states, Mapping) else None
+            raise StateMismatchError(
+                f"`{built_as(self)}.update` needs the state made by its own `init`, with a "
+                f"state for each of its labels {expected}. Received: {describe(state)}"
+                + (f", for the labels {shown}" if shown is not None else "")
+                + f". Pass the state returned by `init` of this same transform "
+                f"(`{built_as(self)}`)."
             )
         labels = self.labels(updates)
         new_states = {}

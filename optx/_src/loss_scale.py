@@ -131,11 +131,30 @@ class DynamicLossScaleState(NamedTuple):
     hyperparams: dict[str, jax.Array]
 
 
-_INT32_MAX = int(jnp.iinfo(jnp.int32).max)
 # The least scale: float32's smallest normal number. Halved below it, the scale would be
 # flushed to zero (XLA:CPU flushes subnormal numbers), and the next finite step would divide
 # the gradients by zero.
 _MIN_SCALE = float(jnp.finfo(jnp.float32).smallest_normal)
+MAX_LOSS_SCALE = 2.0**64
+"""The ceiling of `dynamic_loss_scale`'s scale.
+
+Without one, gradients that never overflow (a frozen or zero-gradient model) double the
+scale every ``growth_interval`` steps: at 2**127 its reciprocal is subnormal and flushed to
+0 (every update 0), and at ``inf`` every later step is skipped. At 2**64 the reciprocal,
+2**-64, is a normal float32 with 2**62 of room below it, and a float32 or bfloat16 loss up
+to 2**64 still scales to a finite number (float16's largest, 65504, is about 2**16: a
+float16 loss overflows long before, and the scale halves back). Keras 3 and optax have no
+ceiling (TensorFlow's keeps the scale finite only, at most 2**127); Flax's ``DynamicScale``
+stops at float32's largest number.
+"""
+
+
+def _in_scale_range(v: float) -> bool:
+    # A module-level function, not a lambda: a state's rules are pickled with it.
+    return 0 < v <= MAX_LOSS_SCALE
+
+
+_SCALE_RANGE = hp.Range("in (0, 2**64] (2**64 is the scale's ceiling)", _in_scale_range)
 
 
 @transform
@@ -146,23 +165,20 @@ class DynamicLossScale(Transform):
     elementwise = True
     # The scale itself changes every step and lives in the state, not among these.
     inner: GradientTransformationLike = None  # type: ignore[assignment]
-    initial_scale: ScalarOrSchedule = hp.field(2.0**15, hp.POSITIVE)
+    initial_scale: ScalarOrSchedule = hp.field(2.0**15, _SCALE_RANGE)
     growth_interval: int = 2000
 
     def __post_init__(self) -> None:
         checks.transform(self.name, "inner", self.inner)
         super().__post_init__()
         n = checks.nonneg_int(self.name, "growth_interval", self.growth_interval, 1)
-        if n > _INT32_MAX:
-            raise ValueError(
-                f"`{hp.current(self.name)}` needs growth_interval to fit an int32 counter "
-                f"(at most {_INT32_MAX}). Received: growth_interval={self.growth_interval!r}."
-            )
         object.__setattr__(self, "growth_interval", n)
 
     def init(self, params: Params) -> DynamicLossScaleState:
+        # Clipped: a schedule's value, or one set in the state, may lie outside the range.
+        initial = jnp.asarray(self.initial("initial_scale"), jnp.float32)
         return DynamicLossScaleState(
-            jnp.asarray(self.initial("initial_scale"), jnp.float32),
+            jnp.clip(initial, _MIN_SCALE, MAX_LOSS_SCALE),
             zero_count(),
             zero_count(),
             self.inner.init(params),
@@ -192,7 +208,8 @@ class DynamicLossScale(Transform):
         new_updates, inner_state = jax.lax.cond(finite, apply, skip, None)
         grow = finite & (state.growth_count >= self.growth_interval - 1)
         halved = jnp.maximum(scale * 0.5, _MIN_SCALE)
-        new_scale = jnp.where(finite, jnp.where(grow, scale * 2.0, scale), halved)
+        doubled = jnp.minimum(scale * 2.0, MAX_LOSS_SCALE)
+        new_scale = jnp.where(finite, jnp.where(grow, doubled, scale), halved)
         growth_count = jnp.where(finite & ~grow, state.growth_count + 1, 0)
         applied = jnp.where(finite, safe_increment(state.applied_count), state.applied_count)
         return new_updates, DynamicLossScaleState(
@@ -214,20 +231,29 @@ def dynamic_loss_scale(
     The incoming updates are the gradients of ``scale_loss(loss, loss_scale(state))``, that
     is of :math:`s \cdot L` with :math:`s` the current scale. If they are all finite,
     ``inner`` is applied to :math:`g / s` (cast back to each leaf's dtype); then :math:`s`
-    doubles if this is the ``growth_interval``-th finite step in a row since it last changed.
-    If any is a NaN or an infinity, the step is skipped (negative-zero updates, which
-    `optx.apply_updates` adds without changing a bit of the parameters; ``inner``'s state
-    unchanged) and :math:`s` halves, down to float32's smallest normal number
-    (:math:`2^{-126}`; without that floor, about 140 non-finite steps in a row would take it
-    to zero). ``None`` gradients are ignored.
+    doubles if this is the ``growth_interval``-th finite step in a row since it last changed,
+    up to a ceiling of :math:`2^{64}` (``MAX_LOSS_SCALE``). If any is a NaN or an infinity,
+    the step is skipped (negative-zero updates, which `optx.apply_updates` adds without
+    changing a bit of the parameters; ``inner``'s state unchanged) and :math:`s` halves,
+    down to float32's smallest normal number (:math:`2^{-126}`; without that floor, about
+    140 non-finite steps in a row would take it to zero). ``None`` gradients are ignored.
+
+    The ceiling: gradients that never overflow (a model whose gradients are all zero, for
+    one) would double the scale forever; without a ceiling, at :math:`2^{127}` its
+    reciprocal is flushed to 0 (every update 0), and at ``inf`` every later step is skipped.
+    At :math:`2^{64}`, :math:`1/s` is a normal float32 with room to spare, and a float32 or
+    bfloat16 loss up to :math:`2^{64}` scales to a finite number (a float16 loss overflows
+    at about :math:`2^{16}`, and the scale halves back). Keras 3 and optax set no ceiling,
+    TensorFlow keeps the scale finite (at most :math:`2^{127}`), and Flax's ``DynamicScale``
+    stops at float32's largest number.
 
     The scale lives in the state (it changes every step), not among the hyperparameters;
     read it with `loss_scale`.
 
     Args:
       inner: the optimizer to apply to the unscaled gradients.
-      initial_scale: the scale to start from, positive and finite (Keras's default); read
-        by ``init`` only: setting it in a state later changes nothing.
+      initial_scale: the scale to start from, in :math:`(0, 2^{64}]` (Keras's default);
+        read by ``init`` only: setting it in a state later changes nothing.
       growth_interval: finite steps in a row after which the scale doubles (an int >= 1);
         Keras's ``dynamic_growth_steps`` (same default).
 
@@ -237,8 +263,8 @@ def dynamic_loss_scale(
 
     Raises:
       TypeError: ``inner`` is not a transform, or ``initial_scale`` is not a number.
-      ValueError: ``initial_scale`` is not positive and finite, or ``growth_interval`` is
-        not an int >= 1.
+      ValueError: ``initial_scale`` is not in :math:`(0, 2^{64}]`, or ``growth_interval``
+        is not an int in :math:`[1, 2^{31} - 1]` (its counter is int32).
 
     Example:
       >>> import jax.numpy as jnp, optx

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from optx._src import checks
 from optx._src import hyperparams as hp
 from optx._src.base import Transform
@@ -18,12 +16,12 @@ EPS_PLACEMENTS = ("optax", "keras")
 
 
 def flag_option(api: str, name: str, value: Any) -> bool:
-    """Checks a boolean option (a structural switch: a truthy string would be a mistake)."""
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(
-            f"`{hp.current(api)}` needs {name} to be a bool. Received: {name}={value!r}."
-        )
-    return bool(value)
+    """Checks a boolean option (a structural switch: a truthy string would be a mistake).
+
+    The boolean fields of a `Transform` are checked by the base class; this is for the
+    options a factory reads itself.
+    """
+    return checks.flag(api, name, value)
 
 
 def flag_options(tx: Transform, *names: str) -> None:

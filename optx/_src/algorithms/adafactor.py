@@ -466,6 +466,10 @@ def adafactor(
             if not (value is None and optional) and not hp.is_schedule(value):
                 hp.validate("adafactor", name, value, rule)
         checks.dtype_option("adafactor", "dtype_momentum", dtype_momentum)
+        relative_step = checks.flag("adafactor", "relative_step", relative_step)
+        multiply_by_parameter_scale = checks.flag(
+            "adafactor", "multiply_by_parameter_scale", multiply_by_parameter_scale
+        )
         if relative_step and learning_rate is None:
             raise ValueError(
                 "`adafactor` needs a learning_rate with relative_step=True. "

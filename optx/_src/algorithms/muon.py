@@ -267,6 +267,8 @@ class ScaleByShape(Transform):
 
         def leaf(u: jax.Array) -> jax.Array:
             fan_in, fan_out = u.shape
+            if u.size == 0:  # no fan ratio to take; nothing to scale
+                return u
             if self.consistent_rms is None:
                 factor = jnp.sqrt(jnp.asarray(max(1.0, fan_out / fan_in), jnp.float32))
             else:
@@ -430,6 +432,7 @@ def muon(
       2024; Liu et al., "Muon is Scalable for LLM Training", arXiv:2502.16982, 2025.
     """
     with hp.caller("muon"):
+        nesterov = flag_option("muon", "nesterov", nesterov)
         if adam_nesterov is None:
             adam_nesterov = nesterov
         adam_nesterov = flag_option("muon", "adam_nesterov", adam_nesterov)

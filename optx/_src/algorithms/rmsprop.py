@@ -334,7 +334,10 @@ def rmsprop(
     """
     with hp.caller("rmsprop"):
         accumulator_dtype = checks.dtype_option("rmsprop", "accumulator_dtype", accumulator_dtype)
-        if centered:
+        # Checked here: `centered` picks the building block, and without momentum no trace
+        # is built to check `nesterov`.
+        nesterov = checks.flag("rmsprop", "nesterov", nesterov)
+        if checks.flag("rmsprop", "centered", centered):
             scaler: Transform = scale_by_stddev(
                 decay,
                 eps,

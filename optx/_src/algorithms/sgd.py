@@ -6,6 +6,7 @@ from typing import Literal
 
 from jax.typing import DTypeLike
 
+from optx._src import checks
 from optx._src import hyperparams as hp
 from optx._src.base import ScalarOrSchedule, identity
 from optx._src.combine import Chain, chain
@@ -89,6 +90,8 @@ def sgd(
                 "`sgd` needs momentum_convention to be 'optax' or 'keras'. "
                 f"Received: momentum_convention={momentum_convention!r}."
             )
+        # Checked here too: without momentum no trace is built to check it.
+        nesterov = checks.flag("sgd", "nesterov", nesterov)
         velocity = (
             identity()
             if momentum is None

@@ -40,10 +40,13 @@ from optx._src.hyperparams.declare import Range as Range
 from optx._src.hyperparams.declare import Spec as Spec
 from optx._src.hyperparams.declare import caller as caller
 from optx._src.hyperparams.declare import check as check
+from optx._src.hyperparams.declare import check_bounds as check_bounds
 from optx._src.hyperparams.declare import current as current
 from optx._src.hyperparams.declare import field as field
+from optx._src.hyperparams.declare import first_value as first_value
 from optx._src.hyperparams.declare import hyperparam as hyperparam
 from optx._src.hyperparams.declare import is_schedule as is_schedule
+from optx._src.hyperparams.declare import schedule_bounds as schedule_bounds
 from optx._src.hyperparams.declare import shown as shown
 from optx._src.hyperparams.declare import specs as specs
 from optx._src.hyperparams.declare import validate as validate

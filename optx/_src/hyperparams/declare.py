@@ -30,10 +30,15 @@ _META = "optx_hyperparam"
 
 @dataclasses.dataclass(frozen=True)
 class Range:
-    """A range rule: ``description`` for messages, ``check`` on a finite float."""
+    """A range rule: ``description`` for messages, ``check`` on a finite float.
+
+    ``schedule_check``, where given, is what a schedule's least and greatest values must
+    pass instead (see `check_bounds`): ``> 0`` lets a schedule decay to 0, as Keras does.
+    """
 
     description: str
     check: Callable[[float], bool] = dataclasses.field(compare=True)
+    schedule_check: Callable[[float], bool] | None = None
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.description, self.check))
@@ -63,7 +68,7 @@ def _any(v: float) -> bool:
 NONNEG = Range("finite and >= 0", _nonneg)
 UNIT_OPEN = Range("in [0, 1)", _unit_open)
 UNIT_CLOSED = Range("in [0, 1]", _unit_closed)
-POSITIVE = Range("finite and > 0", _positive)
+POSITIVE = Range("finite and > 0", _positive, _nonneg)
 FINITE = Range("finite", _any)
 
 
@@ -129,6 +134,12 @@ def hyperparam(
       >>> tx.update({"w": jnp.ones(1)}, state)[0]
       {'w': Array([1.], dtype=float32)}
     """
+    for name, value in (("decay", decay), ("optional", optional)):
+        if not isinstance(value, bool | np.bool_):
+            raise TypeError(
+                f"`optx.hyperparam` needs {name} to be a bool. Received: {name}={value!r}."
+            )
+    decay, optional = bool(decay), bool(optional)
     if isinstance(rule, str):
         if rule not in _RULE_NAMES:
             raise ValueError(
@@ -251,9 +262,82 @@ def is_schedule(value: Any) -> bool:
 
 
 def check(api: str, name: str, value: Any, spec: Spec) -> Any:
-    """A declared hyperparameter's value as a transform keeps it: a float or a schedule."""
+    """A declared hyperparameter's value as a transform keeps it: a float or a schedule.
+
+    A schedule that states the range of its values (optx's schedules do, with
+    ``bounds()``) is checked against the range rule too; any other function of the step
+    count is accepted as it is (its values are known only when it runs).
+    """
     if value is None and spec.optional:
         return None
     if is_schedule(value):
+        check_bounds(api, name, value, spec.rule)
         return value
     return validate(api, name, value, spec.rule)
+
+
+def schedule_bounds(schedule: Any) -> tuple[float, float] | None:
+    """``(least, greatest)`` value a schedule takes over every step, if it states them.
+
+    optx's schedules state them (`optx.schedules.Schedule.bounds`); for any other
+    function of the step count they are unknown (``None``).
+    """
+    bounds = getattr(schedule, "bounds", None)
+    if not callable(bounds) or isinstance(schedule, type):
+        return None
+    try:
+        found = bounds()
+    except TypeError:  # a `bounds` attribute of another meaning
+        return None
+    if found is None:
+        return None
+    low, high = found
+    return float(low), float(high)
+
+
+def check_bounds(api: str, name: str, schedule: Any, range_rule: Any = None) -> None:
+    """Raises `ValueError` if a schedule's stated values leave the range rule.
+
+    The rules are intervals, so the least and the greatest value decide. An infinite
+    bound (a schedule built to grow without end, such as an exponential growth) is
+    compared as a number: it passes ">= 0" and fails "[0, 1)". For "> 0" a schedule may
+    reach 0 (a decay to 0, as Keras's schedules allow); it may not go below.
+    """
+    description, ok = range_rule or FINITE
+    ok = getattr(range_rule, "schedule_check", None) or ok
+    if ok is _any:
+        return
+    bounds = schedule_bounds(schedule)
+    if bounds is None:
+        return
+    for which, bound in zip(("least", "greatest"), bounds, strict=True):
+        if math.isnan(bound) or not ok(bound):
+            api, name = current(api), shown(name)
+            raise ValueError(
+                f"`{api}` needs {name} {description} at every step. Received: "
+                f"{name}={reprs.short(schedule)}, whose {which} value is {bound!r}."
+            )
+
+
+def first_value(api: str, name: str, schedule: Callable[[Any], Any]) -> jax.Array:
+    """A schedule's value at step 0 (what ``init`` keeps in force), checked to be a scalar.
+
+    Raises:
+      ValueError: the schedule returns an array of another shape than ``()`` (the value
+        would broadcast over the updates, or fail inside JAX with a shape error).
+      TypeError: it returns something that is not a number.
+    """
+    raw = schedule(jnp.zeros([], jnp.int32))
+    try:
+        value = jnp.asarray(raw, _DTYPE)
+    except TypeError:
+        raise TypeError(
+            f"`{api}` needs the schedule of {name} to return a number. Received: "
+            f"{name}={reprs.short(schedule)}, which returned {reprs.short(raw)} at step 0."
+        ) from None
+    if value.shape != ():
+        raise ValueError(
+            f"`{api}` needs the schedule of {name} to return a scalar. Received: "
+            f"{name}={reprs.short(schedule)}, which returned shape {value.shape} at step 0."
+        )
+    return value

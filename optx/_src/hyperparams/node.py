@@ -71,6 +71,33 @@ class Entry:
     base: str = ""
 
 
+class Owner:
+    """The transform that made a `HyperParams` node (the static part of a state).
+
+    ``cls`` is its class and ``label`` the name it was built under (the public factory:
+    ``"adam"`` for the `scale_by_adam` of `adam`). Two owners are equal when their classes
+    are: the label is for messages only, so a state made by ``optx.adam`` and one made by
+    the equal ``optx.chain(optx.scale_by_adam(), ...)`` have the same tree structure.
+    """
+
+    __slots__ = ("cls", "label")
+
+    def __init__(self, cls: type, label: str) -> None:
+        self.cls, self.label = cls, label
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Owner) and self.cls is other.cls
+
+    def __hash__(self) -> int:
+        return hash(self.cls)
+
+    def __repr__(self) -> str:
+        return f"Owner({self.cls.__name__}, {self.label!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Owner, (self.cls, self.label)
+
+
 # `HyperParams(..., packed=True)` without a vector stacks the values given.
 _STACK = object()
 
@@ -103,7 +130,9 @@ class HyperParams:
     declaration order; then, where there are any, the decays' rounding residuals
     (``.residual[name]``), the schedules' scales (``.scale[name]``) and the schedules' step
     count (``.count``). The static part (an `Entry` per hyperparameter) carries names,
-    rules and encodings. A packed node (`pack`, which `flatten` uses) holds the values,
+    rules and encodings, and the `Owner`: the class of the transform whose ``init`` made
+    the node (``None`` for a node built by hand), by which ``update`` refuses another
+    transform's state. A packed node (`pack`, which `flatten` uses) holds the values,
     residuals and scales as one float32 vector instead (and the count beside it): one array
     in and out of a jitted step; it reads and writes the same.
 
@@ -121,7 +150,7 @@ class HyperParams:
       Array(0.9, dtype=float32)
     """
 
-    __slots__ = ("_parts", "_vector", "count", "entries", "packed")
+    __slots__ = ("_parts", "_vector", "count", "entries", "owner", "packed")
 
     def __init__(
         self,
@@ -133,10 +162,13 @@ class HyperParams:
         *,
         packed: bool = False,
         vector: Any = _STACK,
+        owner: Owner | None = None,
     ) -> None:
         self.entries = entries
         self.count = count
         self.packed = packed
+        # Which transform made the node: `update` refuses another transform's state.
+        self.owner = owner
         if packed:
             self._parts = None
             self._vector = _stack((*values, *residuals, *scales)) if vector is _STACK else vector
@@ -178,7 +210,9 @@ class HyperParams:
         if self.packed:
             return self
         values, residuals, scales = self._parts  # type: ignore[misc]
-        return HyperParams(self.entries, values, residuals, scales, self.count, packed=True)
+        return HyperParams(
+            self.entries, values, residuals, scales, self.count, packed=True, owner=self.owner
+        )
 
     @property
     def packed_leaf(self) -> Any:
@@ -204,15 +238,15 @@ class HyperParams:
         decays, scheduled = _kinds(self.entries)
         if self.packed:
             if scheduled:
-                return (self._vector, self.count), (self.entries, True)
-            return (self._vector,), (self.entries, True)
+                return (self._vector, self.count), (self.entries, True, self.owner)
+            return (self._vector,), (self.entries, True, self.owner)
         values, residuals, scales = self._parts  # type: ignore[misc]
         children = values
         if decays:
             children = (*children, dict(zip(decays, residuals, strict=True)))
         if scheduled:
             children = (*children, dict(zip(scheduled, scales, strict=True)), self.count)
-        return children, (self.entries, False)
+        return children, (self.entries, False, self.owner)
 
     def tree_flatten_with_keys(self) -> tuple[list[tuple[Any, Any]], Any]:
         key, attr = jax.tree_util.DictKey, jax.tree_util.GetAttrKey
@@ -220,7 +254,7 @@ class HyperParams:
             packed: list[tuple[Any, Any]] = [(attr("packed"), self._vector)]
             if _named(self.entries, "scheduled"):
                 packed.append((attr("count"), self.count))
-            return packed, (self.entries, True)
+            return packed, (self.entries, True, self.owner)
         children: list[tuple[Any, Any]] = [
             (key(e.name), v) for e, v in zip(self.entries, self.in_force, strict=True)
         ]
@@ -232,15 +266,15 @@ class HyperParams:
         if scheduled:
             children.append((attr("scale"), dict(zip(scheduled, self.scales, strict=True))))
             children.append((attr("count"), self.count))
-        return children, (self.entries, False)
+        return children, (self.entries, False, self.owner)
 
     @classmethod
-    def tree_unflatten(
-        cls, aux: tuple[tuple[Entry, ...], bool], children: list[Any]
-    ) -> HyperParams:
-        entries, packed = aux
+    def tree_unflatten(cls, aux: tuple[Any, ...], children: list[Any]) -> HyperParams:
+        entries, packed = aux[:2]
         node = object.__new__(cls)
         node.entries, node.packed = entries, packed
+        # A structure pickled by an earlier release has no owner.
+        node.owner = aux[2] if len(aux) > 2 else None
         if packed:
             node._parts, node._vector = None, children[0]
             node.count = children[1] if len(children) > 1 else None
@@ -287,7 +321,9 @@ class HyperParams:
         if self.packed and set(changes) <= {"entries", "count"}:
             entries = changes.get("entries", self.entries)
             count = changes.get("count", self.count)
-            return HyperParams(entries, (), count=count, packed=True, vector=self._vector)
+            return HyperParams(
+                entries, (), count=count, packed=True, vector=self._vector, owner=self.owner
+            )
         fields = {
             "entries": self.entries,
             "values": self.in_force,
@@ -296,7 +332,7 @@ class HyperParams:
             "count": self.count,
         }
         fields.update(changes)
-        return HyperParams(**fields, packed=self.packed)
+        return HyperParams(**fields, packed=self.packed, owner=self.owner)
 
     # -- reading, for transforms --
     @property
@@ -546,7 +582,10 @@ def create(tx: Any, extra: tuple[tuple[str, float], ...] = ()) -> HyperParams:
         entries.append(Entry(name, name, FINITE, False, False))
         values.append(_split(False, value)[0])
     count = jnp.zeros([], jnp.int32) if scales else None
-    return HyperParams(tuple(entries), tuple(values), tuple(residuals), tuple(scales), count)
+    owner = Owner(type(tx), getattr(tx, "_built_as", None) or tx.name)
+    return HyperParams(
+        tuple(entries), tuple(values), tuple(residuals), tuple(scales), count, owner=owner
+    )
 
 
 def value(stored: HyperParams, name: str) -> jax.Array:

@@ -24,6 +24,7 @@ from jax.core import Tracer
 from jax.typing import ArrayLike
 
 from optx._src import reprs
+from optx._src.checks import INT32_MAX, too_large
 
 _REGISTRY: dict[str, type[Schedule]] = {}
 S = TypeVar("S", bound="type[Schedule]")
@@ -59,6 +60,36 @@ class Schedule:
     def value(self, count: jax.Array) -> jax.Array:
         """The value at a float32 step count."""
         raise NotImplementedError
+
+    def bounds(self) -> tuple[float, float] | None:
+        """The least and the greatest value over every step, or ``None`` if unknown.
+
+        Computed from the configuration, over the steps 0 to ``2**31 - 1`` (step counters
+        are int32 and stop there): exact where the schedule reaches them, else an
+        enclosing interval (a decay towards 0 states 0). A schedule built to grow without
+        end states ``inf``. A transform checks a schedule's bounds against its
+        hyperparameter's range (``adam(constant_schedule(-0.1))`` is refused as
+        ``adam(-0.1)`` is). A subclass that overrides ``value`` or ``__call__`` without
+        stating bounds has none (``None``): it is accepted as any function is.
+
+        Example:
+          >>> import optx
+          >>> optx.schedules.linear_schedule(0.1, -0.5, transition_steps=10).bounds()
+          (-0.5, 0.1)
+          >>> print(optx.schedules.Schedule().bounds())
+          None
+        """
+        mro = type(self).__mro__
+        owner = next(c for c in mro if "_bounds" in c.__dict__)
+        for method in ("value", "__call__"):
+            defining = next(c for c in mro if method in c.__dict__)
+            if not issubclass(owner, defining):
+                return None  # the values were redefined below the class that knew them
+        return self._bounds()
+
+    def _bounds(self) -> tuple[float, float] | None:
+        """`bounds` of this class's own ``value``; ``None`` where unknown."""
+        return None
 
     def get_config(self) -> dict[str, Any]:
         """A JSON-serialisable description: ``{"class_name": ..., "config": {...}}``."""
@@ -260,14 +291,29 @@ def check_nonnegative(api: str, name: str, value: Any) -> float:
 
 
 def check_steps(api: str, name: str, value: Any, minimum: int = 1) -> int:
-    """A step count: an int >= ``minimum``."""
+    """A step count: an int in ``[minimum, 2**31 - 1]`` (the steps an int32 counter counts)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(
             f"`{api}` needs {name} to be an int. Received: {name}={reprs.short(value)}."
         )
     if value < minimum:
         raise ValueError(f"`{api}` needs {name} >= {minimum}. Received: {name}={value!r}.")
+    if value > INT32_MAX:
+        raise ValueError(too_large(api, name, value, minimum))
     return int(value)
+
+
+def hull(*values: float) -> tuple[float, float]:
+    """The least and greatest of ``values``: the bounds of a schedule that moves between them."""
+    return min(values), max(values)
+
+
+def union(parts: Any) -> tuple[float, float] | None:
+    """The bounds of a schedule made of ``parts`` (schedules or functions); ``None`` if unknown."""
+    found = [p.bounds() if isinstance(p, Schedule) else None for p in parts]
+    if any(b is None for b in found):
+        return None
+    return min(b[0] for b in found), max(b[1] for b in found)
 
 
 def set_fields(obj: Any, **values: Any) -> None:

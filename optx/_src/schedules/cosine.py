@@ -9,11 +9,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from optx._src.checks import COUNTER_LIMIT, INT32_MAX
 from optx._src.schedules.base import (
     Schedule,
     check_nonnegative,
     check_number,
     check_steps,
+    hull,
     register,
     set_fields,
 )
@@ -46,6 +48,11 @@ class CosineDecaySchedule(Schedule):
         cosine = 0.5 * (1 + jnp.cos(jnp.pi * count / float(self.decay_steps)))
         decayed = (1 - self.alpha) * cosine**self.exponent + self.alpha
         return self.init_value * decayed
+
+    def _bounds(self) -> tuple[float, float]:
+        if self.exponent == 0:  # cosine ** 0 is 1, also where the cosine is 0
+            return self.init_value, self.init_value
+        return hull(self.init_value, self.init_value * self.alpha)
 
 
 def cosine_decay_schedule(
@@ -203,6 +210,13 @@ class SGDRSchedule(Composite):
         if not cycles:
             raise ValueError(
                 f"`{api}` needs at least one cycle in cosine_kwargs. Received: cosine_kwargs=[]."
+            )
+        start = sum(cycle.decay_steps for cycle in cycles[:-1])
+        if start > INT32_MAX:
+            raise ValueError(
+                f"`{api}` needs the cycles before the last to last at most 2**31 - 1 steps in "
+                f"all ({COUNTER_LIMIT}). Received: cycles before the last whose decay_steps "
+                f"add up to {start}."
             )
         set_fields(self, cosine_kwargs=cycles)
         super().__post_init__()

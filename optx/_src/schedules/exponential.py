@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from optx._src.checks import INT32_MAX, flag
 from optx._src.schedules.base import (
     Schedule,
     check_number,
     check_positive,
     check_steps,
+    hull,
     register,
     set_fields,
 )
@@ -20,10 +24,7 @@ from optx._src.schedules.join import Composite, warmup_then
 
 def _check_decay(api: str, s: Any) -> dict[str, Any]:
     """The normalised arguments of the exponential decay, checked in the name of ``api``."""
-    if not isinstance(s.staircase, bool):
-        raise TypeError(
-            f"`{api}` needs staircase to be a bool. Received: staircase={s.staircase!r}."
-        )
+    staircase = flag(api, "staircase", s.staircase)
     end_value = s.end_value
     if end_value is not None:
         end_value = check_number(api, "end_value", end_value)
@@ -33,6 +34,7 @@ def _check_decay(api: str, s: Any) -> dict[str, Any]:
         decay_rate=check_positive(api, "decay_rate", s.decay_rate),
         transition_begin=check_steps(api, "transition_begin", s.transition_begin, minimum=0),
         end_value=end_value,
+        staircase=staircase,
     )
 
 
@@ -67,6 +69,22 @@ class ExponentialDecay(Schedule):
         # The end value is a floor for a decay, a ceiling for a growth (decay_rate > 1).
         clip = jnp.maximum if self.decay_rate < 1.0 else jnp.minimum
         return clip(decayed, self.end_value)
+
+    def _bounds(self) -> tuple[float, float]:
+        v0, r = self.init_value, self.decay_rate
+        if r == 1.0 or v0 == 0.0:
+            decayed = (v0, v0)
+        elif r < 1.0:
+            # The value at the last step an int32 counter reaches, rounded as float32 holds it.
+            p = (INT32_MAX - self.transition_begin) / self.transition_steps
+            last = float(np.float32(v0 * r ** (math.floor(p) if self.staircase else p)))
+            decayed = hull(v0, last)
+        else:
+            decayed = hull(v0, math.copysign(math.inf, v0))
+        if self.end_value is None:
+            return decayed
+        clip = max if r < 1.0 else min
+        return clip(decayed[0], self.end_value), clip(decayed[1], self.end_value)
 
 
 def exponential_decay(

@@ -17,6 +17,7 @@ from optx._src.schedules.base import (
     check_steps,
     register,
     set_fields,
+    union,
 )
 from optx._src.schedules.polynomial import LinearSchedule, constant_schedule
 
@@ -46,6 +47,9 @@ class Composite(Schedule):
 
     def value(self, count: jax.Array) -> jax.Array:
         return self._inner.value(count)  # type: ignore[attr-defined]
+
+    def _bounds(self) -> tuple[float, float] | None:
+        return self._inner.bounds()  # type: ignore[attr-defined]
 
 
 def warmup_then(
@@ -104,6 +108,11 @@ class JoinSchedules(Schedule):
         for boundary, schedule in zip(self.boundaries, self.schedules[1:], strict=True):
             out = jnp.where(count < boundary, out, value_at(schedule, count - boundary))
         return out
+
+    def _bounds(self) -> tuple[float, float] | None:
+        # Each part runs from its own step 0; a first part before a boundary at 0 never runs.
+        skip_first = bool(self.boundaries) and self.boundaries[0] == 0
+        return union(self.schedules[1:] if skip_first else self.schedules)
 
 
 def join_schedules(schedules: Sequence[ScheduleLike], boundaries: Sequence[int]) -> JoinSchedules:

@@ -212,6 +212,12 @@ class ExponentialDecay(LearningRateSchedule):
         p = _progress(self, count)
         return _F32(self.initial_learning_rate) * jnp.power(_F32(self.decay_rate), p)
 
+    def _bounds(self) -> tuple[float, float]:
+        v0, r = self.initial_learning_rate, self.decay_rate
+        if r == 1.0 or v0 == 0.0:
+            return v0, v0
+        return (0.0, v0) if r < 1.0 else (v0, math.inf)  # towards 0, or without end
+
 
 @register
 class PiecewiseConstantDecay(LearningRateSchedule):
@@ -279,6 +285,9 @@ class PiecewiseConstantDecay(LearningRateSchedule):
     def value(self, count: jax.Array) -> jax.Array:
         """The learning rate at a float32 step."""
         return self._select(count, [_F32(b) for b in self.boundaries])
+
+    def _bounds(self) -> tuple[float, float]:
+        return min(self.values), max(self.values)
 
     def _select(self, count: jax.Array, boundaries: list) -> jax.Array:
         index = jnp.zeros(jnp.shape(count), jnp.int32)
@@ -349,6 +358,10 @@ class PolynomialDecay(LearningRateSchedule):
             count = jnp.minimum(count, decay_steps)
         return (lr0 - lr1) * jnp.power(1 - count / decay_steps, _F32(self.power)) + lr1
 
+    def _bounds(self) -> tuple[float, float]:
+        lr0, lr1 = self.initial_learning_rate, self.end_learning_rate
+        return min(lr0, lr1), max(lr0, lr1)
+
 
 @register
 class InverseTimeDecay(LearningRateSchedule):
@@ -389,6 +402,10 @@ class InverseTimeDecay(LearningRateSchedule):
         """The learning rate at a float32 step."""
         p = _progress(self, count)
         return _F32(self.initial_learning_rate) / (_F32(1) + _F32(self.decay_rate) * p)
+
+    def _bounds(self) -> tuple[float, float]:
+        v0 = self.initial_learning_rate
+        return (v0, v0) if self.decay_rate == 0 else (0.0, v0)  # towards 0
 
 
 def _cosine(count: jax.Array, decay_steps: jax.Array, start: jax.Array, alpha: float) -> jax.Array:
@@ -475,6 +492,12 @@ class CosineDecay(LearningRateSchedule):
         decay = _cosine(count - warmup, decay_steps, target, self.alpha)
         return jnp.where(count < warmup, warm, decay)
 
+    def _bounds(self) -> tuple[float, float]:
+        lr0, target = self.initial_learning_rate, self.warmup_target
+        start = lr0 if target is None else target
+        values = (start, start * self.alpha) if target is None else (lr0, start, start * self.alpha)
+        return min(values), max(values)
+
 
 @register
 class CosineDecayRestarts(LearningRateSchedule):
@@ -552,3 +575,13 @@ class CosineDecayRestarts(LearningRateSchedule):
         scale = jnp.power(_F32(self.m_mul), restart)
         cosine = 0.5 * scale * (1.0 + jnp.cos(_F32(math.pi) * fraction))
         return _F32(self.initial_learning_rate) * ((1 - alpha) * cosine + alpha)
+
+    def _bounds(self) -> tuple[float, float] | None:
+        if np.float32(self.t_mul) < 1:
+            return None  # NaN past its last period, as in Keras
+        lr0, alpha = self.initial_learning_rate, self.alpha
+        values = [lr0 * alpha, lr0]
+        if self.m_mul > 1 and lr0 * (1 - alpha) != 0:
+            # Restart i peaks at m_mul ** i times the first: without end.
+            values.append(math.copysign(math.inf, lr0 * (1 - alpha)))
+        return min(values), max(values)

@@ -7,11 +7,13 @@ import math
 import jax
 import jax.numpy as jnp
 
+from optx._src.checks import INT32_MAX
 from optx._src.schedules.base import (
     Schedule,
     check_number,
     check_positive,
     check_steps,
+    hull,
     register,
     set_fields,
 )
@@ -55,7 +57,8 @@ class WarmupStableDecaySchedule(Schedule):
         rise = count / max(warmup, 1)
         warm = self.init_value + (self.peak_value - self.init_value) * rise
         # Stable then cooldown: s goes from 0 at the start of the cooldown to 1 at its end.
-        s = jnp.clip((count - (warmup + self.stable_steps)) / self.decay_steps, 0.0, 1.0)
+        # A float: the sum of two int32 step counts may pass int32's range.
+        s = jnp.clip((count - float(warmup + self.stable_steps)) / self.decay_steps, 0.0, 1.0)
         if self.decay_type == "linear":
             shape = 1.0 - s
         elif self.decay_type == "cosine":
@@ -64,6 +67,10 @@ class WarmupStableDecaySchedule(Schedule):
             shape = 1.0 - jnp.sqrt(s)
         cool = self.end_value + (self.peak_value - self.end_value) * shape
         return jnp.where(count < warmup, warm, cool)
+
+    def _bounds(self) -> tuple[float, float]:
+        warm = (self.init_value,) if self.warmup_steps > 0 else ()
+        return hull(*warm, self.peak_value, self.end_value)
 
 
 def warmup_stable_decay_schedule(
@@ -165,6 +172,12 @@ class WarmupInverseSqrtSchedule(Schedule):
         after = jnp.maximum(count - warmup, 0.0)
         decay = self.peak_value * jax.lax.rsqrt(1.0 + after / tau)
         return jnp.where(count < warmup, warm, decay)
+
+    def _bounds(self) -> tuple[float, float]:
+        tau = self.timescale if self.timescale is not None else self.warmup_steps
+        last = self.peak_value / math.sqrt(1.0 + (INT32_MAX - self.warmup_steps) / tau)
+        warm = (self.init_value,) if self.warmup_steps > 0 else ()
+        return hull(*warm, self.peak_value, last)
 
 
 def warmup_inverse_sqrt_schedule(

@@ -11,10 +11,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from optx._src.checks import COUNTER_LIMIT, INT32_MAX
 from optx._src.schedules.base import (
     Schedule,
     check_nonnegative,
     check_number,
+    hull,
     register,
     set_fields,
 )
@@ -48,6 +50,11 @@ def _pairs(api: str, given: Any) -> Pairs:
             raise ValueError(
                 f"`{api}` needs the keys of {name} to be int steps >= 0. "
                 f"Received: {name}={given!r}, with key {step!r}."
+            )
+        if step > INT32_MAX:
+            raise ValueError(
+                f"`{api}` needs the keys of {name} to be int steps in [0, 2**31 - 1] "
+                f"({COUNTER_LIMIT}). Received: {name}={given!r}, with key {step!r}."
             )
         scale = check_nonnegative(api, f"{name}[{step!r}]", scale)
         pairs.append((int(step), scale))
@@ -131,6 +138,9 @@ class PiecewiseConstantSchedule(_Piecewise):
             out = jnp.where(count >= step, scale * out, out)
         return out
 
+    def _bounds(self) -> tuple[float, float]:
+        return hull(*_knots(self.init_value, self.boundaries_and_scales))
+
 
 def piecewise_constant_schedule(
     init_value: float, boundaries_and_scales: dict[int, float] | None = None
@@ -201,6 +211,18 @@ class PiecewiseInterpolateSchedule(_Piecewise):
         inside = (steps[:-1] <= count) & (count < steps[1:])
         out = jnp.sum(jnp.where(inside, pieces, 0.0), axis=-1)  # one piece, or none
         return jnp.where(count[..., 0] >= steps[-1], values[-1], out)
+
+    def _bounds(self) -> tuple[float, float]:
+        # Lines and half cosines between knots stay between the knots' values.
+        return hull(*_knots(self.init_value, self.boundaries_and_scales))
+
+
+def _knots(init_value: float, pairs: Pairs) -> list[float]:
+    """The values at step 0 and at each boundary: the running products of the scales."""
+    values = [init_value]
+    for _, scale in pairs:
+        values.append(values[-1] * scale)
+    return values
 
 
 def piecewise_interpolate_schedule(

@@ -9,6 +9,7 @@ from optx._src.schedules.base import (
     Schedule,
     check_number,
     check_steps,
+    hull,
     register,
     set_fields,
 )
@@ -26,6 +27,9 @@ class ConstantSchedule(Schedule):
 
     def value(self, count: jax.Array) -> jax.Array:
         return jnp.full(jnp.shape(count), self.value_, jnp.float32)
+
+    def _bounds(self) -> tuple[float, float]:
+        return self.value_, self.value_
 
     def get_config(self) -> dict:
         """A JSON-serialisable description: ``{"class_name": ..., "config": {...}}``."""
@@ -76,7 +80,7 @@ class PolynomialSchedule(Schedule):
             self,
             init_value=check_number(self.class_name, "init_value", self.init_value),
             end_value=check_number(self.class_name, "end_value", self.end_value),
-            power=check_number(self.class_name, "power", self.power),
+            power=_check_power(self.class_name, self.power),
             transition_steps=check_steps(
                 self.class_name, "transition_steps", self.transition_steps
             ),
@@ -91,6 +95,21 @@ class PolynomialSchedule(Schedule):
         # negative base would make a fractional power NaN.
         frac = jnp.clip(1 - count / self.transition_steps, 0.0, 1.0)
         return (self.init_value - self.end_value) * frac**self.power + self.end_value
+
+    def _bounds(self) -> tuple[float, float]:
+        if self.power == 0:  # frac ** 0 is 1, also at frac = 0
+            return self.init_value, self.init_value
+        return hull(self.init_value, self.end_value)
+
+
+def _check_power(api: str, power: object) -> float:
+    power = check_number(api, "power", power)
+    if power < 0:
+        raise ValueError(
+            f"`{api}` needs power >= 0 (with a negative power the value is infinite from "
+            f"the end of the transition on). Received: power={power!r}."
+        )
+    return power
 
 
 def polynomial_schedule(
@@ -107,7 +126,8 @@ def polynomial_schedule(
     Args:
       init_value: :math:`v_0`, the value up to ``transition_begin``.
       end_value: :math:`v_1`, the value from ``transition_begin + transition_steps`` on.
-      power: :math:`p`.
+      power: :math:`p \ge 0` (a negative power would make the value infinite at
+        :math:`t \ge b + T`, where the base is 0).
       transition_steps: :math:`T > 0`.
       transition_begin: :math:`b \ge 0`, the step at which the transition starts.
 
@@ -115,7 +135,8 @@ def polynomial_schedule(
       The schedule.
 
     Raises:
-      TypeError, ValueError: a value is not finite, or a step count is not an int in range.
+      TypeError, ValueError: a value is not finite, ``power < 0``, or a step count is not
+        an int in range (at most ``2**31 - 1``, where step counters stop).
 
     Example:
       >>> import optx

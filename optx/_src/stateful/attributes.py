@@ -14,6 +14,8 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
+import numpy as np
+
 from optx._src import hyperparams as hp
 from optx._src.clipping import ClipState
 from optx._src.ema_params import EmaParamsState
@@ -104,7 +106,7 @@ def set_argument(opt: Any, name: str, value: Any) -> None:
     old = dict(opt._config)
     opt._config[name] = value
     try:
-        check_common(api, opt._config)
+        check_common(api, opt._config, opt._defaults)
         opt._check(api)
         # Building the chain checks every value as the constructor does.
         with hp.caller(type(opt).__name__):
@@ -134,3 +136,54 @@ def set_custom(opt: Any, name: str, value: Any) -> bool:
     for key in keys:
         opt._write(key, value)
     return True
+
+
+def show_loaded(opt: Any) -> None:
+    """Sets the numeric arguments whose hyperparameters were loaded to the loaded values.
+
+    After `load_own_variables`, ``opt.beta_1`` and `get_config` show what the state holds.
+    An argument whose stored value is its own (to float32) keeps the number the user gave.
+    """
+    common = [k for k in COMMON_HYPERPARAMS if opt._config.get(k) is not None]
+    for name in [*common, *opt._hyper_map]:
+        old = opt._config.get(name)
+        if not _is_number(old):
+            continue
+        keys = keys_for(opt, name)
+        if not keys:
+            continue
+        convert = opt._hyper_convert.get(name, lambda v: v)
+        new = _loaded_value(opt, keys[0], convert(old))
+        if new is None:
+            continue
+        if np.float32(convert(convert(new))) == np.float32(new):  # an involution (negation)
+            opt._config[name] = convert(new)
+    if opt._is_custom():
+        for name, old in opt._custom_values():
+            keys = keys_for(opt, name)
+            new = _loaded_value(opt, keys[0], old) if keys else None
+            if new is not None:
+                object.__setattr__(opt, name, new)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _loaded_value(opt: Any, key: str, old: float) -> float | None:
+    """The number the state holds at ``key``; ``None`` where it is ``old`` (to float32).
+
+    The shortest decimal that float32 rounds to the stored value (``0.95``, not
+    0.949999988079071), unless its range refuses it (a ``beta_2`` of ``1 - 1e-9``, which
+    float32 rounds to 1): then the stored value plus its residual.
+    """
+    stored = np.float32(opt._hyper_value(key))
+    if stored == np.float32(old):
+        return None
+    short = float(str(stored))
+    try:
+        hp.validate(opt.name, key, short, opt._require_built(key).found[key][0].entry.rule)
+    except ValueError:
+        residual = opt.variables.get(f"{key}/residual")
+        return float(stored) + (0.0 if residual is None else float(residual))
+    return short

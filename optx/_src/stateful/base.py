@@ -20,14 +20,16 @@ from optx._src.stateful.checkpoint import CheckpointMixin
 from optx._src.stateful.config import config_arguments
 from optx._src.stateful.gradients import GradientsMixin
 from optx._src.stateful.layout import Layout, carry_over, own_buffers
-from optx._src.stateful.locking import locked
+from optx._src.stateful.locking import CopyMixin, locked
 from optx._src.stateful.step import ITERATIONS, StepMixin, check_dtypes, spec
 from optx._src.stateful.variable import _is_variable, _value
 from optx._src.stateful.weights import WeightsMixin
 from optx._src.tree import is_param, path_name
 
 
-class StatefulBase(StepMixin, GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.ABCMeta):
+class StatefulBase(
+    CopyMixin, StepMixin, GradientsMixin, WeightsMixin, CheckpointMixin, metaclass=abc.ABCMeta
+):
     """The state, its flat view and the compiled step shared by every stateful optimizer.
 
     The state is the transform's own, viewed as a flat dict (`variables`) keyed by
@@ -42,10 +44,15 @@ class StatefulBase(StepMixin, GradientsMixin, WeightsMixin, CheckpointMixin, met
     `apply_gradients` (reading the variables, stepping, assigning them), `stateless_apply`,
     `build`, setting a hyperparameter, loading variables, and reading `variables`,
     `iterations` or a hyperparameter. Two threads stepping one optimizer apply every step
-    once, one after the other; `iterations` and hyperparameters read meanwhile are copies
-    of one consistent state. The arrays `variables` returns are the state's own buffers,
-    which the next step donates: read them in the thread that steps (or between steps). A
-    copy (`copy.deepcopy`) gets a lock of its own.
+    once, one after the other; `iterations`, hyperparameters, `get_weights`,
+    `save_own_variables`, `get_slot` and ``repr`` read meanwhile are copies of one
+    consistent state. The arrays `variables` returns are the state's own buffers, which the
+    next step donates: read them in the thread that steps (or between steps).
+
+    Copies and pickles: `copy.copy`, `copy.deepcopy` and `pickle` give an independent
+    optimizer (its own state buffers, lock and configuration) at any time, built or not;
+    it continues to the same numbers. Compiled steps are not pickled: the copy compiles
+    its own on its first step (or finds them in JAX's cache, for an equal chain).
 
     Args:
       transform: any transform with optax's ``init``/``update`` protocol (optx's, optax's).
@@ -105,14 +112,6 @@ class StatefulBase(StepMixin, GradientsMixin, WeightsMixin, CheckpointMixin, met
     def _set_transform(self, transform: GradientTransformationLike) -> None:
         self.transform = transform
         self._compiled: dict[str, Callable[..., Any]] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        # A lock cannot be copied or pickled; a copy gets a new one (`__setstate__`).
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.__dict__["_lock"] = threading.RLock()
 
     @locked
     def _replace_transform(self, transform: GradientTransformationLike) -> None:

@@ -4,7 +4,8 @@ A checkpoint is one orbax checkpoint (`optx.save_state`'s format) of the ``varia
 keyed by name, with the optimizer's `optx.optimizers.serialize` description (JSON) in its
 custom metadata. `load` rebuilds the optimizer from that description, builds it on the
 parameters given, and reads each variable by name onto the sharding the new optimizer gives
-it (no gather to one host), so a checkpoint saved on one mesh loads onto another.
+it (no gather to one host), so a checkpoint saved on one mesh loads onto another. The
+values loaded are checked as `load_own_variables` checks a store.
 """
 
 from __future__ import annotations
@@ -14,12 +15,16 @@ import os
 from collections.abc import Mapping
 from typing import Any, Self
 
+import jax.numpy as jnp
+import numpy as np
+
 from optx._src import checkpoint as ckpt
 from optx._src import hyperparams as hp
 from optx._src.base import Params
 from optx._src.stateful.config import deserialize, serialize
 from optx._src.stateful.layout import check_keys
 from optx._src.stateful.step import ITERATIONS
+from optx._src.stateful.weights import check_counter, check_hyperparams
 
 _KEY = "optx"
 _FORMAT = 1
@@ -28,8 +33,12 @@ _FORMAT = 1
 def save(optimizer: Any, directory: str | os.PathLike[str], force: bool) -> None:
     """See `CheckpointMixin.save` (``optimizer`` is a `StatefulBase`)."""
     api = "save"
-    optimizer._require_built(api)
-    description = serialize(optimizer)
+    with optimizer._lock:
+        # One whole state, copied: a step in another thread donates the state's buffers,
+        # perhaps while orbax is still reading them.
+        optimizer._require_built(api)
+        description = serialize(optimizer)
+        variables = {k: jnp.array(v, copy=True) for k, v in optimizer.variables.items()}
     for key, value in description["config"].items():
         try:
             json.dumps(value)
@@ -42,15 +51,8 @@ def save(optimizer: Any, directory: str | os.PathLike[str], force: bool) -> None
                 f"restore it into a new optimizer built on the same parameters with "
                 f"`new.load_own_variables(optx.restore_state(directory, new.variables))`."
             ) from None
-    ocp = ckpt._orbax(api)
-    path = ckpt._path(directory)
-    if path.exists() and not force:
-        raise ValueError(
-            f"`{api}` needs a directory that does not exist yet (or force=True to overwrite "
-            f"it). Received: directory={str(path)!r}, which exists."
-        )
     metadata = {_KEY: {"format": _FORMAT, "optimizer": description}}
-    ckpt._save(ocp, path, dict(optimizer.variables), metadata, force)
+    ckpt._save(api, directory, variables, metadata, force)
 
 
 def load(
@@ -82,8 +84,7 @@ def load(
     current = optimizer.variables
     saved_keys = _saved_keys(meta.item_metadata.tree)
     if hp.is_legacy(saved_keys):  # an earlier release's names and stored form
-        with ckpt._orbax(api).StandardCheckpointer() as checkpointer:
-            raw = checkpointer.restore(ckpt._path(directory))
+        raw = ckpt._restore_raw(api, directory)
         upgraded = layout.upgrade_legacy(dict(raw), current)
         check_keys(api, list(current), upgraded)
         optimizer.load_own_variables({k: upgraded[k] for k in current})
@@ -92,8 +93,16 @@ def load(
     # Read onto the shardings the new optimizer gave its variables (its parameters').
     values = ckpt._restore(api, directory, dict(current))
     values = {k: values[k] for k in current}
-    optimizer._count = values.pop(ITERATIONS)
-    optimizer._state = layout.from_dict(api, values)
+    # Checked as `load_own_variables` checks a store (which would gather every variable to
+    # this host): the step counts and the hyperparameters, before the state holds them.
+    for key, old in current.items():
+        if key == ITERATIONS or (key.endswith("count") and jnp.issubdtype(old.dtype, jnp.integer)):
+            check_counter(api, key, np.asarray(values[key]), old)
+    check_hyperparams(api, layout, values)
+    with optimizer._lock:
+        optimizer._count = values.pop(ITERATIONS)
+        optimizer._state = layout.from_dict(api, values)
+        optimizer._loaded()  # the attributes and `get_config` show the values loaded
     return optimizer
 
 
@@ -107,13 +116,17 @@ class CheckpointMixin:
     def save(self, directory: str | os.PathLike[str], *, force: bool = False) -> None:
         """Saves the config (JSON) and the variables (by name) to ``directory`` with orbax.
 
-        A sharded optimizer is written shard by shard, without a gather to one host. The
+        The variables saved are one whole state, copied under the optimizer's lock: a step
+        in another thread waits for the copy, then goes on while the copy is written. A
+        sharded optimizer is written shard by shard, without a gather to one host. The
+        checkpoint appears at ``directory`` whole or not at all, as with `optx.save_state`:
+        of writers saving to one directory at once, one wins and the others raise. The
         generic ``Optimizer(transform)`` has no JSON config: save its state with
         `optx.save_state` instead (the error says how).
 
         Raises:
-          ValueError: the optimizer is not built, or ``directory`` exists (and not
-            ``force``).
+          ValueError: the optimizer is not built, ``directory`` exists (and not
+            ``force``), or another writer published there while this call was saving.
           TypeError: the config is not JSON.
 
         Example:
@@ -140,11 +153,15 @@ class CheckpointMixin:
 
         Each variable is read by name onto the sharding the new optimizer gives it (that
         of its parameter), so ``params`` on another mesh load the state onto that mesh.
-        ``Optimizer.load`` loads any class; ``Adam.load`` requires an ``Adam``.
+        The values are checked as `load_own_variables` checks them (each hyperparameter in
+        its declared range, step counts integers >= 0), and the attributes and `get_config`
+        show the values loaded. ``Optimizer.load`` loads any class; ``Adam.load`` requires
+        an ``Adam``.
 
         Raises:
-          ValueError: the checkpoint is incomplete, was not written by `save`, or its
-            variables differ from the new optimizer's (missing or extra names, or shapes).
+          ValueError: the checkpoint is incomplete, was not written by `save`, its
+            variables differ from the new optimizer's (missing or extra names, or shapes),
+            or a value is out of its range (the message names the variable).
           TypeError: the checkpoint holds another class than ``cls``.
 
         Example:

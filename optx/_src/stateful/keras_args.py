@@ -17,8 +17,9 @@ from optx._src import constraints as constraints_lib
 from optx._src import projections as projections_lib
 from optx._src import reprs
 from optx._src.base import Params
+from optx._src.checks import INT32_MAX, flag, too_large
 from optx._src.constraints import Constraint
-from optx._src.hyperparams import is_schedule
+from optx._src.hyperparams import NONNEG, check_bounds, is_schedule, schedule_bounds
 from optx._src.schedules.base import Schedule
 from optx._src.stateful.config import config_arguments
 from optx._src.tree import is_param, path_name
@@ -72,6 +73,18 @@ class KerasLearningRate:
         if self.decay:
             value = value / (1.0 + self.decay * step.astype(jnp.float32))
         return value
+
+    def bounds(self) -> tuple[float, float] | None:
+        """The least and greatest learning rate, where the schedule states its own."""
+        if not callable(self.schedule):
+            low = high = float(self.schedule)
+        elif self.no_args or (found := schedule_bounds(self.schedule)) is None:
+            return None
+        else:
+            low, high = found
+        if self.decay:  # divided by 1 + decay * step: towards 0
+            low, high = min(low, 0.0), max(high, 0.0)
+        return low, high
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,8 +221,13 @@ def deserialize_constraint(value: Any, custom_objects: Mapping[str, Any] | None 
 
 
 def check_learning_rate(api: str, lr: Any) -> Any:
-    """Checks a learning rate: a number >= 0, a schedule or a callable."""
+    """Checks a learning rate: a number >= 0, a schedule or a callable.
+
+    An optx schedule is checked to stay >= 0 at every step (its ``bounds()``); the values
+    of another callable are known only when it runs.
+    """
     if callable(lr):
+        check_bounds(api, "learning_rate", lr, NONNEG)
         return lr
     if isinstance(lr, bool) or not isinstance(lr, numbers.Real):
         raise ValueError(
@@ -219,8 +237,38 @@ def check_learning_rate(api: str, lr: Any) -> Any:
     return number(api, "learning_rate", lr, allow_none=False)
 
 
-def check_common(api: str, c: dict[str, Any]) -> None:
-    """Checks (and normalises, in place) Keras's common arguments in a config."""
+def check_flags(api: str, c: dict[str, Any], defaults: Mapping[str, Any]) -> None:
+    """Checks (and normalises, in place) the boolean arguments: those whose default is one.
+
+    ``nesterov="False"`` is refused rather than read as true; NumPy's bool becomes a
+    Python bool (so `get_config` returns one).
+    """
+    for name, default in defaults.items():
+        if isinstance(default, bool) and name in c:
+            c[name] = flag(api, name, c[name])
+
+
+def check_count(api: str, name: str, value: Any, minimum: int) -> int | None:
+    """``None``, or an int in ``[minimum, 2**31 - 1]`` (a period an int32 counter reaches)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(
+            f"`{api}` needs {name} to be an integer >= {minimum} (or None). "
+            f"Received: {name}={value!r}."
+        )
+    if value > INT32_MAX:
+        raise ValueError(too_large(api, name, value, minimum))
+    return int(value)
+
+
+def check_common(api: str, c: dict[str, Any], defaults: Mapping[str, Any] | None = None) -> None:
+    """Checks (and normalises, in place) Keras's common arguments in a config.
+
+    ``defaults`` are the class's own arguments' defaults: those that are bools are checked
+    to be bools, as the common ones (``use_ema``, ``jit_compile``) are.
+    """
+    check_flags(api, c, {**(defaults or {}), **COMMON, **EXTRA})
     for name in ("clipnorm", "clipvalue", "global_clipnorm", "decay", "loss_scale_factor"):
         # A clipping threshold may be a schedule, as any hyperparameter held in the state.
         schedulable = name in ("clipnorm", "clipvalue", "global_clipnorm")
@@ -249,12 +297,9 @@ def check_common(api: str, c: dict[str, Any]) -> None:
         raise ValueError(
             f"`{api}` needs loss_scale_factor to be positive. Received: loss_scale_factor=0.0."
         )
-    k = c["gradient_accumulation_steps"]
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 2):
-        raise ValueError(
-            f"`{api}` needs gradient_accumulation_steps to be an integer >= 2 (or None). "
-            f"Received: gradient_accumulation_steps={k!r}."
-        )
+    c["gradient_accumulation_steps"] = check_count(
+        api, "gradient_accumulation_steps", c["gradient_accumulation_steps"], 2
+    )
     if c["use_ema"]:
         m = c["ema_momentum"]
         if not is_schedule(m) and (
@@ -264,12 +309,9 @@ def check_common(api: str, c: dict[str, Any]) -> None:
                 f"`{api}` needs ema_momentum in [0, 1] when use_ema=True. "
                 f"Received: ema_momentum={m!r}."
             )
-        f = c["ema_overwrite_frequency"]
-        if f is not None and (isinstance(f, bool) or not isinstance(f, int) or f < 1):
-            raise ValueError(
-                f"`{api}` needs ema_overwrite_frequency to be an integer >= 1 (or None). "
-                f"Received: ema_overwrite_frequency={f!r}."
-            )
+        c["ema_overwrite_frequency"] = check_count(
+            api, "ema_overwrite_frequency", c["ema_overwrite_frequency"], 1
+        )
         if c["ema_start"] not in ("initial", "first_step"):
             raise ValueError(
                 f"`{api}` needs ema_start to be 'initial' or 'first_step'. "

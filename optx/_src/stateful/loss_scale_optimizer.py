@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from optx._src import hyperparams as hp
 from optx._src.base import Params, find_states, identity
+from optx._src.checks import flag
 from optx._src.combine import named_chain
 from optx._src.distributed import aggregate_gradients
 from optx._src.loss_scale import DynamicLossScaleState, dynamic_loss_scale
@@ -65,12 +66,12 @@ class LossScaleOptimizer(StatefulBase):
         **kwargs: Any,
     ) -> None:
         api = "LossScaleOptimizer"
-        if not kwargs.pop("dynamic", True):
+        if not flag(api, "dynamic", kwargs.pop("dynamic", True)):
             raise ValueError(
                 f"`{api}` needs dynamic=True (a fixed scale is `loss_scale_factor` of any "
                 f"optimizer). Received: dynamic=False."
             )
-        jit_compile = kwargs.pop("jit_compile", True)
+        jit_compile = flag(api, "jit_compile", kwargs.pop("jit_compile", True))
         for key, value in kwargs.items():
             if key not in COMMON and key != "learning_rate":
                 raise TypeError(

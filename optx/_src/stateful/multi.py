@@ -11,6 +11,7 @@ from typing import Any
 import jax
 
 from optx._src.base import Params
+from optx._src.checks import flag
 from optx._src.combine import chain, partition
 from optx._src.loss_scale import unscale_gradients
 from optx._src.stateful.base import StatefulBase
@@ -214,6 +215,7 @@ class MultiOptimizer(StatefulBase):
         self._initial_loss_scale = loss_scale_factor or 1.0
         self._labels: dict[str, StatefulBase] = {}
         self._label_tree: Any = None
+        jit_compile = flag(api, "jit_compile", jit_compile)
         super().__init__(None, name, jit_compile=jit_compile)  # the chain comes with `build`
 
     @property

@@ -77,9 +77,11 @@ class Optimizer(KerasChainMixin, SlotDeclarations, StatefulBase):
     skips such steps, leaving every bit of the parameters and slots as it was.
 
     Thread-safe: two threads may step one optimizer; a lock serialises the steps (each
-    applied once) and the reads of ``iterations`` and hyperparameters. The arrays of
+    applied once) and the reads (``iterations``, hyperparameters, `get_weights`,
+    `save_own_variables`, `get_slot`, ``repr``: copies of one state). The arrays of
     ``variables`` are the live state, which the next step donates: read them in the
-    stepping thread.
+    stepping thread. `pickle`, `copy.copy` and `copy.deepcopy` give an independent
+    optimizer, at any time.
 
     Example:
       >>> import jax.numpy as jnp, optx
@@ -185,7 +187,7 @@ class Optimizer(KerasChainMixin, SlotDeclarations, StatefulBase):
             self._config["learning_rate"] = check_learning_rate(api, learning_rate)
         else:  # the transform's own, or the number it starts at (`InitialLearningRate`)
             self._config["learning_rate"] = initial_lr
-        check_common(api, self._config)
+        check_common(api, self._config, self._defaults)
         self._check(api)
         self._excluded_patterns: tuple[str, ...] = ()
         self._excluded_objects: list[Any] = []
@@ -208,6 +210,10 @@ class Optimizer(KerasChainMixin, SlotDeclarations, StatefulBase):
 
     def _check(self, api: str) -> None:
         """Checks the subclass's own arguments (overridden where Keras checks them)."""
+
+    def _loaded(self) -> None:
+        """After a load, the arguments held in the state show the values loaded."""
+        attributes.show_loaded(self)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("learning_rate", "lr") and self.__dict__.get("_wrapped") is not None:

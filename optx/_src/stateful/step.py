@@ -21,7 +21,13 @@ from optx._src.compiler import compiler_options
 from optx._src.missing import skip_missing
 from optx._src.stateful.layout import Layout, check_keys
 from optx._src.stateful.locking import locked
-from optx._src.stateful.variable import _assign, _is_variable, _value, variable_names
+from optx._src.stateful.variable import (
+    _assign,
+    _is_variable,
+    _value,
+    merge_repeated,
+    variable_names,
+)
 from optx._src.tree import path_name
 
 ITERATIONS = "iterations"
@@ -188,6 +194,9 @@ class StepMixin:
         @property
         def iterations(self) -> jax.Array: ...
 
+        @property
+        def variables(self) -> dict[str, jax.Array]: ...
+
         def apply(self, grads: Any, params: Params) -> Params: ...
 
         def _require_built(self, api: str) -> Layout: ...
@@ -281,12 +290,48 @@ class StepMixin:
             self._checked = avals
         return nested
 
+    def _check_variables(self, api: str, layout: Layout, variables: Mapping[str, Any]) -> None:
+        """Raises unless each variable has the shape and dtype of the optimizer's own.
+
+        Exactly: a bfloat16 slot given to a float32 optimizer would change the state's
+        dtype (and compile a second step), a float ``iterations`` fail inside JAX.
+        """
+        cached = self.__dict__.get("_variables_spec")
+        if cached is None or cached[0] is not layout:
+            expected = [(k, np.shape(v), v.dtype) for k, v in self.variables.items()]
+            cached = self._variables_spec = (layout, expected)
+        for key, shape, dtype in cached[1]:
+            value = variables[key]
+            got = getattr(value, "dtype", None)
+            got = jnp.result_type(value) if got is None else got
+            if np.shape(value) != shape or got != dtype:
+                raise ValueError(
+                    f"`{api}` needs {key!r} of shape {shape} and dtype {dtype}, as in "
+                    f"`optimizer.variables`. Received: shape {np.shape(value)} and dtype "
+                    f"{np.dtype(got)}."
+                )
+
     @locked
     def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> jax.Array:
         """Applies ``(gradient, variable)`` pairs to the variables in place; Keras's API.
 
         Variables are `Variable` objects or Flax ``nnx.Variable`` objects; their names (or
         positions) are their parameter paths. Returns the new `iterations`.
+
+        A variable listed more than once (a shared weight) gets one step, with the sum of
+        its gradients: the gradient of a weight used in several places is the sum of the
+        gradients of its uses. (Keras 3 instead applies the pairs one after the other, each
+        an update with the same slots and step count. For plain SGD that is the same step:
+        ``w - lr * (g1 + g2)``; with momentum or Adam it is not: Keras's second update
+        reads the slots its first wrote.)
+
+        Example:
+          >>> import jax.numpy as jnp, optx
+          >>> w = optx.optimizers.Variable(1.0, name="w")
+          >>> opt = optx.optimizers.SGD(0.1)
+          >>> _ = opt.apply_gradients([(jnp.array(1.0), w), (jnp.array(1.0), w)])
+          >>> w.value
+          Array(0.8, dtype=float32)
         """
         pairs = list(grads_and_vars)
         for i, (_, var) in enumerate(pairs):
@@ -296,6 +341,7 @@ class StepMixin:
                     f"optx.optimizers.Variable or flax.nnx.Variable. Received: pair {i} with "
                     f"a {type(var).__name__}."
                 )
+        pairs = merge_repeated(pairs)
         names = variable_names([v for _, v in pairs])
         if not self.built:
             self._names_by_id = {id(v): n for n, (_, v) in zip(names, pairs, strict=True)}
@@ -338,6 +384,7 @@ class StepMixin:
                 f"`optimizer.variables`. Received: a {type(optimizer_variables).__name__}."
             )
         check_keys("stateless_apply", [ITERATIONS, *layout.order], optimizer_variables)
+        self._check_variables("stateless_apply", layout, optimizer_variables)
         nested = self._check_inputs("stateless_apply", grads, params)
         # The optimizer's own buffers (`variables` hands them out) are copied, not donated:
         # the optimizer stays usable after a loop started from `opt.variables`.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -86,3 +87,24 @@ def variable_names(variables: list[Any]) -> list[str]:
         seen.setdefault(name, 0)
         names.append(name)
     return names
+
+
+def merge_repeated(pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """``(gradient, variable)`` pairs, one per variable object: a repeated one's gradients summed.
+
+    A ``None`` gradient adds nothing (all ``None``: ``None``, the variable is skipped).
+    """
+    by_id: dict[int, list[Any]] = {}
+    order: list[Any] = []
+    for g, var in pairs:
+        if id(var) not in by_id:
+            by_id[id(var)] = []
+            order.append(var)
+        by_id[id(var)].append(g)
+    if len(order) == len(pairs):  # the common case: no variable repeated
+        return pairs
+    merged = []
+    for var in order:
+        given = [g for g in by_id[id(var)] if g is not None]
+        merged.append((functools.reduce(jnp.add, given) if given else None, var))
+    return merged

@@ -112,7 +112,18 @@ def _header(opt: Any) -> str:
 
 
 def text(opt: Any) -> str:
-    """`Optimizer.__repr__`."""
+    """`Optimizer.__repr__`: one state, read under the optimizer's lock.
+
+    (A step in another thread would donate the buffers being read.) An optimizer that is
+    not built holds no state of its own: its owner's is read under the owner's lock.
+    """
+    if opt.built:
+        with opt._lock:
+            return _text(opt)
+    return _text(opt)
+
+
+def _text(opt: Any) -> str:
     lines = [_header(opt)]
     if not opt.built:
         owner = opt._owner
@@ -137,7 +148,14 @@ def text(opt: Any) -> str:
 
 
 def html(opt: Any) -> str:
-    """`Optimizer._repr_html_`: the same as `text`, as tables."""
+    """`Optimizer._repr_html_`: the same as `text`, as tables (read under the lock)."""
+    if opt.built:
+        with opt._lock:
+            return _html(opt)
+    return _html(opt)
+
+
+def _html(opt: Any) -> str:
     esc = html_lib.escape
     parts = [f"<div><strong>{esc(_header(opt))}</strong>"]
     if not opt.built:
