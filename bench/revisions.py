@@ -4,9 +4,12 @@
         [--only many] [--optimizers lion sgd]
 
 Runs ``python -m bench --only gpt many stateful`` once per round for each revision, in
-alternating order (before, after, after, before, ...), each in its own process: the
-earlier revision's ``optx`` comes first on ``PYTHONPATH``, the benchmark code is this
-checkout's for both. Prints, for every optx row (per-leaf and flat steps, the stateful
+alternating order (before, after, after, before, ...), each in its own process, started
+with ``python -P`` (no current directory on ``sys.path``) and a ``PYTHONPATH`` whose first
+entry holds only a link to the earlier revision's ``optx`` package: the benchmark code is
+this checkout's for both. Each process's ``optx.__file__`` is checked before it runs (an
+earlier version of this script imported this checkout's ``optx`` for both revisions).
+Prints, for every optx row (per-leaf and flat steps, the stateful
 wrapper's ``apply`` and ``stateless_apply``), the median over rounds of each revision's
 median step time and their ratio, beside optax's figure from the same processes (the
 same work in both: its ratio shows the noise between the processes).

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import EPS32
 from helpers import assert_close as _assert_close
 
 import optx
@@ -31,6 +32,9 @@ RTOL, ATOL = 1e-6, 1e-7
 # Against the float64 NumPy transcriptions: 100 float32 steps accumulate round-off in the
 # parameters and the slots (measured: at most 6e-7 of a leaf's scale; see `-s`).
 REF_RTOL = 3e-6
+EPS64 = float(np.finfo(np.float64).eps)
+# Float64 round-off of a parity run: 32 roundings a step of each leaf's scale.
+ROUNDOFF64 = STEPS * 32 * EPS64
 
 
 # ---------------------------------------------------------------------------------------
@@ -86,6 +90,27 @@ def run(tx: Any, apply_updates: Callable[..., Any], params: Any, grads: Any) -> 
         return jax.lax.scan(step, (params, tx.init(params)), grads)[0]
 
     return jax.jit(go)(params, grads)
+
+
+def run64(tx: Any, apply_updates: Callable[..., Any], params: Any, grads: Any) -> tuple:
+    """`run` in float64 (`jax.enable_x64`); NumPy trees out (compared outside x64, see
+    tests/TOLERANCES.md), and per parameter leaf ``sum_t max|u_t|`` of the updates.
+    """
+    with jax.enable_x64(True):
+        params, grads = jax.tree.map(
+            lambda x: jnp.asarray(np.asarray(x, np.float64)), (params, grads)
+        )
+
+        def go(params: Any, grads: Any) -> tuple:
+            def step(carry: tuple, g: Any) -> tuple:
+                p, s = carry
+                u, s = tx.update(g, s, p)
+                return (apply_updates(p, u), s), jax.tree.map(lambda x: jnp.max(jnp.abs(x)), u)
+
+            (p, s), sizes = jax.lax.scan(step, (params, tx.init(params)), grads)
+            return p, s, jax.tree.map(jnp.sum, sizes)
+
+        return jax.tree.map(np.asarray, jax.jit(go)(params, grads))
 
 
 # State entries both libraries keep, by attribute name, in tree order.
@@ -186,21 +211,81 @@ PARITY = [
 ]
 
 
+# Parity runs in float64 (`run64`): the one difference left is optx's float32
+# hyperparameters (DESIGN D2), each off by at most EPS32 / 2 relative. Per case
+# (k, trace_gain): ``k`` counts the roundings a step's update goes through: 1 for a learning
+# rate, epsilon, weight decay, initial scale; a decay ``b`` is used as float32 ``b`` in
+# ``b * nu`` (``1 - b`` is exact), so ``b**n`` is off by ``n * EPS32 / 2``, ``n`` averaging
+# ``b / (1 - b)`` over the weights (19 for 0.95, 9 for 0.9, 4 for 0.8, 1 for 0.5; 99 for 0.99),
+# halved through a square root, doubled for the centred ``nu - mu**2`` (both moments), plus
+# 3 for a float32 bias correction. The parameters are off by at most
+# ``k * EPS32 / 2 * sum_t max|u_t|`` per leaf, plus float64 round-off (ROUNDOFF64).
+# ``trace_gain``: ``1 / (1 - b)`` of a momentum trace, how far below its terms' size it can
+# cancel. A learning rate 1.001x too large lands far outside (`test_parity_bounds_catch...`).
+PARITY_K = {
+    # No learning rate: eps; b = 0.95 on mu and nu (19 each, the stddev's difference), the
+    # bias correction; the initial scale.
+    "scale_by_stddev/bias_correction_outside": (1 + 2 * 19 + 3 + 1, 1.0),
+    "rmsprop/momentum": (1 + 9 / 2 + 1 + 9, 10.0),  # lr, b = 0.9, eps, momentum 0.9
+    # lr (a float32 schedule on both sides), b = 0.95 centred, eps, momentum 0.8, Nesterov.
+    "rmsprop/centered_nesterov_schedule": (1 + 19 + 1 + 4 + 1, 5.0),
+    # lr, b = 0.99, eps, initial scale, momentum 0.5, bias correction.
+    "rmsprop/all_options": (1 + 99 / 2 + 1 + 1 + 1 + 3, 2.0),
+    "adagrad": (1 + 1, 1.0),  # the schedule, eps (no decay)
+    # lr, rho = 0.9 on e_g and e_x (9 / 2 each through the roots), eps; e_x feeds back the
+    # squared updates: twice again.
+    "adadelta/default": (1 + 2 * (9 + 1), 1.0),
+    "adadelta/weight_decay_schedule": (1 + 2 * (19 + 1) + 1, 1.0),  # rho = 0.95, weight decay
+    # The trace of lr * g with a learning rate halving each step: its oldest terms dominate,
+    # so the lag of b = 0.8 is not 4 but up to STEPS; Nesterov's extra b.
+    "sgd/keras_convention_nesterov": (STEPS + 1, 5.0),
+}
+
+
 @pytest.mark.parametrize(
-    ("ours", "theirs", "compared"), [c[1:] for c in PARITY], ids=[c[0] for c in PARITY]
+    ("ours", "theirs", "compared", "k", "trace_gain"),
+    [(*c[1:], *PARITY_K[c[0]]) for c in PARITY],
+    ids=[c[0] for c in PARITY],
 )
-def test_parity_with_optax(ours: Callable, theirs: Callable, compared: tuple[str, ...]) -> None:
+def test_parity_with_optax(
+    ours: Callable, theirs: Callable, compared: tuple[str, ...], k: float, trace_gain: float
+) -> None:
     params = make_params()
     grads = make_grads(params)
-    p1, s1 = run(ours(), optx.apply_updates, params, grads)
-    p2, s2 = run(theirs(), optax.apply_updates, params, grads)
-    # optx's bias correction, -expm1(t log1p(-(1 - b))), and optax's 1 - float32(b)**t differ
-    # by ~t * 3e-8 / (1 - b**t) relative: below 1e-6 for b <= 0.99 (measured: 2.5e-7).
-    assert_close("params", p1, p2, RTOL)
+    p1, s1, _ = run64(ours(), optx.apply_updates, params, grads)
+    p2, s2, path = run64(theirs(), optax.apply_updates, params, grads)
+    # Per leaf: k roundings of EPS32 / 2 on every step's update (see `PARITY_K`).
+    for a, e, u in zip(
+        jax.tree.leaves(p1), jax.tree.leaves(p2), jax.tree.leaves(path), strict=True
+    ):
+        assert a.dtype == np.float64
+        assert_close("params", a, e, ROUNDOFF64, k * EPS32 / 2 * float(u))
     ours_slots, theirs_slots = slots(s1), slots(s2)
     assert set(compared) <= set(ours_slots), sorted(ours_slots)
     for name in compared:
-        assert_close(name, ours_slots[name], theirs_slots[name], RTOL)
+        # The same roundings, b's full lag (no square root): 2 k; a trace can cancel to
+        # trace_gain times below its terms' size.
+        rtol = 2 * k * EPS32 / 2 * (trace_gain if name == "trace" else 1.0) + ROUNDOFF64
+        assert_close(name, ours_slots[name], theirs_slots[name], rtol, 0.0)
+
+
+@pytest.mark.parametrize("case_id", ["rmsprop/momentum", "adadelta/default"])
+def test_parity_bounds_catch_a_learning_rate_off_by_1e3(case_id: str) -> None:
+    """`test_parity_with_optax`'s bounds see a learning rate 1.001x too large."""
+    _, ours, theirs, _ = next(c for c in PARITY if c[0] == case_id)
+    k, _ = PARITY_K[case_id]
+    params = make_params()
+    grads = make_grads(params)
+    p1, _, _ = run64(optx.chain(ours(), optx.scale(1.001)), optx.apply_updates, params, grads)
+    p2, _, path = run64(theirs(), optax.apply_updates, params, grads)
+    leaves = zip(jax.tree.leaves(p1), jax.tree.leaves(p2), jax.tree.leaves(path), strict=True)
+    errors = [
+        float(np.max(np.abs(a - e)))
+        / (k * EPS32 / 2 * float(u) + ROUNDOFF64 * float(np.max(np.abs(e))))
+        for a, e, u in leaves
+    ]
+    print(f"{case_id} x 1.001: max error / bound {max(errors):.3g}")
+    assert max(errors) > 10
 
 
 def test_adadelta_default_learning_rate_descends() -> None:

@@ -21,8 +21,8 @@ import numpy as np
 from jax.typing import DTypeLike
 
 from optx._src import checks
-from optx._src.algorithms.noisy import KeySpec, _key_spec
 from optx._src.base import Params, Transform, Updates, transform
+from optx._src.keys import KeySpec, initial_key_data, key_spec, wrap_key
 from optx._src.sparse import is_update_leaf
 
 # The parameter dtypes whose updates these transforms round: floating point of 16 bits.
@@ -235,17 +235,9 @@ class StochasticRounding(Transform):
     name = "stochastic_rounding"
     key: KeySpec = 0
 
-    def _impl(self) -> str | None:
-        return self.key[0] if isinstance(self.key, tuple) else None
-
     def init(self, params: Params) -> StochasticRoundingState:
         checks.float_params(f"{self.name}.init", params)
-        if isinstance(self.key, tuple):
-            impl, data = self.key
-            key = jax.random.wrap_key_data(jnp.asarray(data, jnp.uint32), impl=impl)
-        else:
-            key = jax.random.key(self.key)
-        return StochasticRoundingState(jax.random.key_data(key))
+        return StochasticRoundingState(initial_key_data(self.key))
 
     def update(
         self,
@@ -258,7 +250,7 @@ class StochasticRounding(Transform):
         api = f"{self.name}.update"
         checks.needs_params(api, params)
         treedef, leaves, (us,) = _leaves(api, params, ("updates", updates))
-        key = jax.random.wrap_key_data(state.rng_key, impl=self._impl())
+        key = wrap_key(state.rng_key, self.key)
         key, sample_key = jax.random.split(key)
         keys = jax.random.split(sample_key, max(len(leaves), 1))
         out = []
@@ -331,4 +323,4 @@ def stochastic_rounding(
       Zamirai, Zhang, Aberger and De Sa, "Revisiting BFloat16 Training", arXiv:2010.06192,
       2020.
     """
-    return StochasticRounding(_key_spec("stochastic_rounding", key, seed))
+    return StochasticRounding(key_spec("stochastic_rounding", key, seed))

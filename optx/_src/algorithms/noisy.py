@@ -6,8 +6,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.core import Tracer
 
 from optx._src import checks
 from optx._src import hyperparams as hp
@@ -21,11 +19,8 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, chain
+from optx._src.keys import KeySpec, initial_key_data, key_spec, wrap_key
 from optx._src.scaling import scale_by_learning_rate
-
-# How a key is held in the (array-free, hashable) transform: an int seed, or a typed key's
-# implementation name and raw data.
-KeySpec = int | tuple[str, tuple[int, ...]]
 
 
 class AddNoiseState(NamedTuple):
@@ -40,39 +35,6 @@ class AddNoiseState(NamedTuple):
     hyperparams: dict[str, jax.Array]
 
 
-def _key_spec(api: str, key: Any, seed: Any) -> KeySpec:
-    """Normalises ``key`` / ``seed`` to an int seed or (implementation, key data)."""
-    api = hp.current(api)
-    if seed is not None:
-        if key is not None:
-            raise ValueError(
-                f"`{api}` needs one of key and seed, not both. "
-                f"Received: key={key!r}, seed={seed!r}."
-            )
-        key = seed
-    if key is None:
-        return 0
-    if isinstance(key, Tracer):
-        raise TypeError(
-            f"`{api}` needs key to be concrete when the transform is built (transforms hold "
-            f"no arrays). Received: key={key!r}. To draw other noise inside a traced "
-            f"function, replace the state's `rng_key` with `jax.random.key_data(new_key)`."
-        )
-    if isinstance(key, int | np.integer) and not isinstance(key, bool):
-        return int(key)
-    if (
-        isinstance(key, jax.Array)
-        and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-        and key.shape == ()
-    ):
-        impl = str(jax.random.key_impl(key))
-        return impl, tuple(int(x) for x in np.asarray(jax.random.key_data(key)).ravel())
-    raise TypeError(
-        f"`{api}` needs key to be an int seed or one typed PRNG key (`jax.random.key(seed)`). "
-        f"Received: key={key!r}. Wrap a raw uint32 key with `jax.random.wrap_key_data(key)`."
-    )
-
-
 @transform
 class AddNoise(Transform):
     """See `add_noise`."""
@@ -82,17 +44,9 @@ class AddNoise(Transform):
     gamma: ScalarOrSchedule = hp.field(0.55, hp.NONNEG)
     key: KeySpec = 0
 
-    def _impl(self) -> str | None:
-        return self.key[0] if isinstance(self.key, tuple) else None
-
     def init(self, params: Params) -> AddNoiseState:
         checks.float_params(f"{self.name}.init", params)
-        if isinstance(self.key, tuple):
-            impl, data = self.key
-            key = jax.random.wrap_key_data(jnp.asarray(data, jnp.uint32), impl=impl)
-        else:
-            key = jax.random.key(self.key)
-        return AddNoiseState(zero_count(), jax.random.key_data(key), self.init_hyperparams())
+        return AddNoiseState(zero_count(), initial_key_data(self.key), self.init_hyperparams())
 
     def update(
         self, updates: Updates, state: AddNoiseState, params: Params | None = None, **extra: Any
@@ -102,7 +56,7 @@ class AddNoise(Transform):
         h = state.hyperparams
         count = safe_increment(state.count)
         std = jnp.sqrt(h["eta"] / count.astype(jnp.float32) ** h["gamma"])
-        key = jax.random.wrap_key_data(state.rng_key, impl=self._impl())
+        key = wrap_key(state.rng_key, self.key)
         key, sample_key = jax.random.split(key)
         leaves, treedef = jax.tree.flatten(updates)
         keys = jax.random.split(sample_key, len(leaves))
@@ -160,7 +114,7 @@ def add_noise(
       Neelakantan, Vilnis, Le, Sutskever, Kaiser, Kurach and Martens, "Adding Gradient
       Noise Improves Learning for Very Deep Networks", ICLR Workshop 2016.
     """
-    return AddNoise(eta, gamma, _key_spec("add_noise", key, seed))
+    return AddNoise(eta, gamma, key_spec("add_noise", key, seed))
 
 
 def noisy_sgd(

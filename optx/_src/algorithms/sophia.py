@@ -11,7 +11,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.core import Tracer
 from jax.typing import DTypeLike
 
@@ -28,6 +27,7 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, MaskSpec, accepts_extra, call_update, chain
+from optx._src.keys import KeySpec, initial_key_data, typed_key_spec, wrap_key
 from optx._src.moments import adam_scalars, unzip, zeros_like
 from optx._src.options import dtype_options
 from optx._src.scaling import scale_by_learning_rate
@@ -35,23 +35,25 @@ from optx._src.weight_decay import add_decayed_weights
 
 # How a key is held in the (array-free, hashable) transform: an int seed, or a key's
 # implementation name and raw data.
-SeedSpec = int | tuple[str, tuple[int, ...]]
+SeedSpec = KeySpec
 
 
 def _seed_spec(api: str, seed: Any) -> SeedSpec:
     """Normalises an int seed, a typed key or a raw uint32 key to a hashable value."""
-    if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
-        return int(seed)
-    if isinstance(seed, jax.Array) and not isinstance(seed, Tracer):
-        key = seed
-        if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.dtype == jnp.uint32:
-            try:
-                key = jax.random.wrap_key_data(key)
-            except (TypeError, ValueError):
-                key = seed
-        if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.shape == ():
-            impl = str(jax.random.key_impl(key))
-            return impl, tuple(int(x) for x in np.asarray(jax.random.key_data(key)).ravel())
+    key = seed
+    if (
+        isinstance(seed, jax.Array)
+        and not isinstance(seed, Tracer)
+        and not jnp.issubdtype(seed.dtype, jax.dtypes.prng_key)
+        and seed.dtype == jnp.uint32
+    ):
+        try:  # a raw uint32 key (`jax.random.PRNGKey(0)`)
+            key = jax.random.wrap_key_data(seed)
+        except (TypeError, ValueError):
+            key = seed
+    spec = typed_key_spec(key)
+    if spec is not None:
+        return spec
     raise TypeError(
         f"`{hp.current(api)}` needs random_seed to be an int or one concrete PRNG key "
         f"(`jax.random.key(0)` or `jax.random.PRNGKey(0)`). Received: random_seed={seed!r}."
@@ -82,17 +84,9 @@ class HutchinsonEstimator(Transform):
     def __post_init__(self) -> None:
         object.__setattr__(self, "random_seed", _seed_spec(self.name, self.random_seed))
 
-    def _impl(self) -> str | None:
-        return self.random_seed[0] if isinstance(self.random_seed, tuple) else None
-
     def init(self, params: Params) -> HutchinsonState:
         checks.float_params(f"{self.name}.init", params)
-        if isinstance(self.random_seed, tuple):
-            impl, data = self.random_seed
-            key = jax.random.wrap_key_data(jnp.asarray(data, jnp.uint32), impl=impl)
-        else:
-            key = jax.random.key(self.random_seed)
-        return HutchinsonState(jax.random.key_data(key))
+        return HutchinsonState(initial_key_data(self.random_seed))
 
     def update(
         self,
@@ -107,7 +101,7 @@ class HutchinsonEstimator(Transform):
         checks.needs_params(api, params)
         if obj_fn is None:
             raise _missing_obj_fn(api)
-        key = jax.random.wrap_key_data(state.key, impl=self._impl())
+        key = wrap_key(state.key, self.random_seed)
         key, sample_key = jax.random.split(key)
         leaves, treedef = jax.tree.flatten(params)
         keys = jax.random.split(sample_key, len(leaves))

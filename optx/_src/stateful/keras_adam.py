@@ -147,7 +147,7 @@ class Nadam(BetasAndEpsilon):
       >>> import jax.numpy as jnp, optx
       >>> opt = optx.optimizers.Nadam(learning_rate=0.1)
       >>> opt.apply({"w": jnp.ones(1)}, {"w": jnp.zeros(1)})["w"]
-      Array([-0.10627875], dtype=float32)
+      Array([-0.106279], dtype=float32)
     """
 
     _slot_aliases: ClassVar[dict[str, str]] = {"mu": "momentum", "nu": "velocity"}

@@ -155,7 +155,7 @@ class Adagrad(Optimizer):
       >>> import jax.numpy as jnp, optx
       >>> opt = optx.optimizers.Adagrad(learning_rate=0.1, initial_accumulator_value=0.0)
       >>> opt.apply({"w": jnp.ones(1)}, {"w": jnp.zeros(1)})["w"]
-      Array([-0.09999999], dtype=float32)
+      Array([-0.1], dtype=float32)
     """
 
     _defaults: ClassVar[dict[str, Any]] = {"initial_accumulator_value": 0.1, "epsilon": 1e-7}

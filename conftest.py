@@ -1,0 +1,52 @@
+"""Test-session settings for every test item: the suite in tests/ and the doctests in optx/."""
+
+import os
+import traceback
+
+import jax
+import pytest
+
+
+# XLA:CPU limited to SSE4.2 (`XLA_FLAGS=--xla_cpu_max_isa=SSE4_2`, as on an x86-64 CPU
+# without F16C) cannot convert float16 at all: its JIT does not link the runtime function
+# `__extendhfsf2` and every float16 conversion fails with "Failed to materialize symbols",
+# with or without optx (`jnp.ones(1, jnp.float16).astype(jnp.float32)` alone). There, and
+# only there, a test that fails with exactly that error is reported as an expected failure
+# naming the limitation; every other failure, and every float16 test on a CPU that can
+# convert float16, counts as usual.
+def _xla_converts_float16() -> bool:
+    try:
+        jax.block_until_ready(jax.numpy.ones(1, jax.numpy.float16).astype(jax.numpy.float32))
+    except jax.errors.JaxRuntimeError as error:
+        if "Failed to materialize symbols" in str(error):
+            return False
+        raise
+    return True
+
+
+_FLOAT16_BROKEN = "xla_cpu_max_isa" in os.environ.get("XLA_FLAGS", "") and (
+    not _xla_converts_float16()
+)
+_FLOAT16_ERROR = "Failed to materialize symbols"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Reports XLA:CPU's float16 failure without F16C as an expected failure (see above)."""
+    outcome = yield
+    if not _FLOAT16_BROKEN or outcome.excinfo is None:
+        return
+    error = outcome.excinfo[1]
+    text = "".join(traceback.format_exception(error))
+    # A doctest's failures hold the exceptions its examples raised.
+    for failure in getattr(error, "failures", None) or [error]:
+        inner = getattr(failure, "exc_info", None)
+        if inner is not None:
+            text += "".join(traceback.format_exception(inner[1]))
+    if _FLOAT16_ERROR in text:
+        outcome.force_exception(
+            pytest.xfail.Exception(
+                "XLA:CPU without F16C (--xla_cpu_max_isa=SSE4_2) cannot convert float16: "
+                "its JIT does not link __extendhfsf2"
+            )
+        )
