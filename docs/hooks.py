@@ -54,6 +54,14 @@ _OPTX_TOPICS: tuple[tuple[str, str, str, tuple[str, ...] | None], ...] = (
         ("base", "combine", "hyperparams"),
     ),
     (
+        "step",
+        "Training step",
+        "A jitted training step that donates the parameters and the state, returns them in "
+        "the donated order and uses the backend's XLA options (`make_step`); the options "
+        "alone for a step of your own.",
+        ("train_step", "compiler"),
+    ),
+    (
         "optimizers",
         "Optimizers",
         "The functional optimizers (optax's names, arguments and defaults), each a short "

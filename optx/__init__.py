@@ -201,9 +201,17 @@ from optx._src.sparse import RowSparse as RowSparse
 from optx._src.sparse import embedding_grad as embedding_grad
 from optx._src.summary import Summary as Summary
 from optx._src.summary import summary as summary
+from optx._src.train_step import TrainStep as TrainStep
+from optx._src.train_step import make_step as make_step
 from optx._src.weight_decay import AddDecayedWeightsState as AddDecayedWeightsState
 from optx._src.weight_decay import DecayBeforeState as DecayBeforeState
 from optx._src.weight_decay import add_decayed_weights as add_decayed_weights
 from optx._src.weight_decay import decay_before as decay_before
 
 __version__ = "0.1.0.dev0"
+
+# An unknown keyword argument names the close ones and the full list, in every namespace.
+from optx._src.suggest import check_keywords as _check_keywords
+
+_check_keywords(__name__)
+del _check_keywords

@@ -128,6 +128,7 @@ NOT_FACTORIES = frozenset(
         "get_hyperparams",
         "hyperparam",
         "loss_scale",
+        "make_step",
         "monitor_metrics",
         "scale_hyperparams",
         "scale_loss",

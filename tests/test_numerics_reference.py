@@ -13,16 +13,26 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import EPS32
 
 import optx
 
-# float32 round-off after a few dozen steps: ~8 ulps (2**-23 = 1.2e-7 each). Errors are
-# measured against the largest entry of each array, since a moment that is a sum of terms of
-# both signs can cancel to near zero and keep the absolute round-off of its terms.
-RTOL = 1e-6
+# The float32 round-off of optx's recurrences is bounded elementwise by a running error
+# bound (Higham, *Accuracy and Stability of Numerical Algorithms*, 2002, section 3.3)
+# computed along the float64 reference: each float32 operation rounds once, by at most
+# HALF of its result; a float32 hyperparameter (``b``, ``1 - b``, epsilon, the learning
+# rate) is off by HALF of itself; an error carried from the previous step is multiplied by
+# the decay. The bound is first order in HALF (the second-order terms are 1e-7 of it).
+# A moving average that cancels to near zero keeps the error of its terms, which the
+# running bound follows element by element.
+HALF = EPS32 / 2
+# A bias correction ``1 - b**t = -expm1(t log1p(-(1 - b)))`` in float32 and the scalar it
+# enters (``1 / (1 - b**t)``, or Nesterov's ``b / (1 - b**(t + 1))``): ``1 - b``'s
+# rounding, an ulp each for log1p and expm1, the product, the quotient, ``b``'s rounding.
+SCALAR = 8
 
 
-def assert_close(name: str, actual: Any, expected: Any, rtol: float = RTOL) -> float:
+def assert_close(name: str, actual: Any, expected: Any, rtol: float) -> float:
     """``|actual - expected| <= rtol * max|expected|`` elementwise; returns the error ratio."""
     actual = np.asarray(actual, np.float64)
     expected = np.asarray(expected, np.float64)
@@ -33,6 +43,38 @@ def assert_close(name: str, actual: Any, expected: Any, rtol: float = RTOL) -> f
     print(f"{name}: max abs err {err:.3g}, / scale {ratio:.3g}")
     np.testing.assert_allclose(actual, expected, rtol=0, atol=rtol * scale, err_msg=name)
     return ratio
+
+
+def assert_within(name: str, actual: Any, expected: Any, bound: Any) -> float:
+    """``|actual - expected| <= bound`` elementwise; returns the largest error / bound."""
+    actual = np.asarray(actual, np.float64)
+    expected = np.asarray(expected, np.float64)
+    bound = np.broadcast_to(np.asarray(bound, np.float64), expected.shape)
+    assert actual.shape == expected.shape, (name, actual.shape, expected.shape)
+    assert np.all(bound > 0), name
+    ratio = float(np.max(np.abs(actual - expected) / bound))
+    print(f"{name}: max error / bound {ratio:.3g}")
+    assert ratio <= 1, f"{name}: the error is {ratio:.3g} times its bound"
+    return ratio
+
+
+def average_bound(
+    b: float, terms: np.ndarray, values: np.ndarray, term_roundings: int, carry: bool = True
+) -> np.ndarray:
+    """Per step, the running error bound of float32 ``x_t = b x_{t-1} + term_t``.
+
+    ``values`` are the exact ``x_t``, ``terms`` the exact ``term_t`` (``(1 - b) g_t``,
+    ``(1 - b) g_t**2``, or ``g_t``), which float32 computes with ``term_roundings`` roundings
+    (``1 - b`` and the product: 2; and ``g * g``: 3; none for ``g``). ``b x`` rounds twice
+    (``b``, the product), the sum once. ``carry=False``: the previous ``x`` is exact.
+    """
+    bound, previous, out = np.zeros(values.shape[1:]), np.zeros(values.shape[1:]), []
+    for term, x in zip(terms, values, strict=True):
+        fresh = HALF * (2 * b * np.abs(previous) + term_roundings * np.abs(term) + np.abs(x))
+        bound = (b * bound if carry else 0.0) + fresh
+        out.append(bound)
+        previous = x
+    return np.stack(out)
 
 
 def _grads(steps: int, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
@@ -88,6 +130,60 @@ def adam_reference(
     return np.stack(out), m, v
 
 
+def adam_bounds(
+    grads: np.ndarray,
+    b1: float,
+    b2: float,
+    eps: float,
+    eps_root: float = 0.0,
+    nesterov: bool = False,
+    bfloat16_mu: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Running error bounds of optx's float32 Adam (see `HALF`): the updates at each step,
+    and the final moments. optx computes ``m = (1 - b1) g + b1 m``, ``v = (1 - b2) g**2 +
+    b2 v``, ``m_hat = m k_m (+ g k_g)``, ``v_hat = v k_v`` with float32 scalars (`SCALAR`),
+    then ``m_hat / (sqrt(v_hat + eps_root) + eps)``. With ``bfloat16_mu`` the stored first
+    moment is the reference's (rounded alike): no error carried from step to step.
+    """
+    ms, vs, m, v = [], [], 0.0, 0.0
+    for g in grads:
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        ms.append(m)
+        vs.append(v)
+        if bfloat16_mu:
+            m = m.astype(ml_dtypes.bfloat16).astype(np.float64)
+    ms, vs = np.stack(ms), np.stack(vs)
+    if bfloat16_mu:
+        previous = np.concatenate([np.zeros((1, *grads.shape[1:])), ms[:-1]])
+        previous = previous.astype(ml_dtypes.bfloat16).astype(np.float64)
+        e_m = HALF * (2 * b1 * np.abs(previous) + 2 * (1 - b1) * np.abs(grads) + np.abs(ms))
+    else:
+        e_m = average_bound(b1, (1 - b1) * grads, ms, 2)
+    e_v = average_bound(b2, (1 - b2) * grads**2, vs, 3)
+    t = np.arange(1, len(grads) + 1).reshape((-1,) + (1,) * (grads.ndim - 1))
+    k_v = 1 / (1 - b2**t)
+    if nesterov:
+        k_m, k_g = b1 / (1 - b1 ** (t + 1)), (1 - b1) / (1 - b1**t)
+        m_hat = ms * k_m + grads * k_g
+        e_hat = e_m * k_m + HALF * (
+            (SCALAR + 1) * (np.abs(ms * k_m) + np.abs(grads * k_g)) + np.abs(m_hat)
+        )
+    else:
+        k_m = 1 / (1 - b1**t)
+        m_hat = ms * k_m
+        e_hat = e_m * k_m + HALF * (SCALAR + 1) * np.abs(m_hat)
+    v_hat = vs * k_v
+    e_s = e_v * k_v + HALF * ((SCALAR + 1) * v_hat + eps_root + (v_hat + eps_root))
+    root = np.sqrt(v_hat + eps_root)
+    e_root = e_s / (2 * root) + HALF * root
+    denominator = root + eps
+    e_denominator = e_root + HALF * (eps + denominator)
+    u = m_hat / denominator
+    e_u = e_hat / denominator + np.abs(u) * e_denominator / denominator + HALF * np.abs(u)
+    return e_u, e_m[-1], e_v[-1]
+
+
 ADAM_CONFIGS = [
     dict(b1=0.9, b2=0.999, eps=1e-8),
     dict(b1=0.9, b2=0.999, eps=1e-8, nesterov=True),
@@ -104,9 +200,10 @@ def test_scale_by_adam_matches_numpy(config: dict) -> None:
     grads = _grads(40, (3, 5))
     updates, state = _run_updates(optx.scale_by_adam(**config), np.zeros((3, 5)), grads)
     expected, m, v = adam_reference(grads, **config)
-    assert_close("updates", updates, expected)
-    assert_close("mu", state.mu, m)
-    assert_close("nu", state.nu, v)
+    e_u, e_m, e_v = adam_bounds(grads, **config)
+    assert_within("updates", updates, expected, e_u)
+    assert_within("mu", state.mu, m, e_m)
+    assert_within("nu", state.nu, v, e_v)
     assert int(state.count) == len(grads)
 
 
@@ -154,7 +251,8 @@ def test_adam_decay_near_one_is_kept_precisely(b2: float) -> None:
     # Later steps too, against the float64 loop.
     grads = _grads(30, (4,), seed=2)
     updates, _ = _run_updates(optx.scale_by_adam(b2=b2, eps=0.0), np.zeros(4), grads)
-    assert_close(f"updates b2={b2}", updates, adam_reference(grads, 0.9, b2, 0.0)[0])
+    expected, bound = adam_reference(grads, 0.9, b2, 0.0)[0], adam_bounds(grads, 0.9, b2, 0.0)[0]
+    assert_within(f"updates b2={b2}", updates, expected, bound)
 
 
 def test_ema_decay_near_one_is_debiased_precisely() -> None:
@@ -169,11 +267,17 @@ def test_ema_decay_near_one_is_debiased_precisely() -> None:
 
     grads = _grads(30, (3,), seed=9)
     updates, _ = _run_updates(tx, np.zeros(3), grads)
-    ema, expected = np.zeros(3), []
+    ema, averages, expected = np.zeros(3), [], []
     for t, g in enumerate(grads, start=1):
         ema = decay * ema + (1 - decay) * g
+        averages.append(ema)
         expected.append(ema / (1 - decay**t))
-    assert_close("debiased ema", updates, np.stack(expected))
+    expected = np.stack(expected)
+    # The average's running bound, then the float32 debiasing scalar and its product.
+    t = np.arange(1, len(grads) + 1)[:, None]
+    e_ema = average_bound(decay, (1 - decay) * grads, np.stack(averages), 2)
+    bound = e_ema / (1 - decay**t) + HALF * (SCALAR + 1) * np.abs(expected)
+    assert_within("debiased ema", updates, expected, bound)
 
 
 def test_adam_mu_bfloat16_matches_numpy() -> None:
@@ -204,7 +308,11 @@ def test_adam_mu_bfloat16_matches_numpy() -> None:
     np.testing.assert_allclose(mu, m, rtol=2**-8, atol=0)
     assert flips.sum() <= 2
     # With the stored moments equal, the updates agree to float32 round-off.
-    assert_close("updates", updates, np.stack(expected), rtol=RTOL if not flips.any() else 2**-7)
+    if flips.any():
+        assert_close("updates", updates, np.stack(expected), rtol=2**-7)
+    else:
+        bound = adam_bounds(grads, b1, b2, eps, bfloat16_mu=True)[0]
+        assert_within("updates", updates, np.stack(expected), bound)
 
 
 # --------------------------------------------------------------------------------------
@@ -217,12 +325,19 @@ def test_sgd_momentum_matches_numpy(nesterov: bool) -> None:
     lr, mu = 0.05, 0.9
     updates, state = _run_updates(optx.sgd(lr, mu, nesterov), np.zeros((2, 3)), grads)
     trace = np.zeros(grads.shape[1:])
-    expected = []
+    traces, expected = [], []
     for g in grads:
         trace = g + mu * trace
+        traces.append(trace)
         expected.append(-lr * (g + mu * trace if nesterov else trace))
-    assert_close("updates", updates, np.stack(expected))
-    assert_close("trace", state[0].trace, trace)
+    traces, expected = np.stack(traces), np.stack(expected)
+    # The trace's running bound (g enters exactly); Nesterov's g + mu trace rounds twice
+    # more; the float32 learning rate and the product with it, twice.
+    e_trace = average_bound(mu, grads, traces, 0)
+    e_step = mu * e_trace + HALF * (2 * mu * np.abs(traces) + np.abs(expected / lr))
+    e_u = lr * (e_step if nesterov else e_trace) + 2 * HALF * np.abs(expected)
+    assert_within("updates", updates, expected, e_u)
+    assert_within("trace", state[0].trace, trace, e_trace[-1])
 
 
 # --------------------------------------------------------------------------------------
@@ -331,6 +446,38 @@ def ema_params_reference(
     return np.stack(params), np.stack(averages)
 
 
+def ema_params_bounds(
+    p0: np.ndarray,
+    updates: np.ndarray,
+    params: np.ndarray,
+    averages: np.ndarray,
+    momentum: float,
+    overwrite_frequency: int | None,
+    start: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Running error bounds of float32 SGD with `ema_params` (see `HALF`): the update
+    ``-lr g`` (the learning rate and the product), the sum with the parameter, and the
+    average ``m a + (1 - m) p`` as in `average_bound`; an overwrite adds ``a - p`` to ``p``."""
+    e_p, e_a, out_p, out_a = np.zeros_like(p0), np.zeros_like(p0), [], []
+    p, a = p0, p0
+    for t, (u, new_p, new_a) in enumerate(zip(updates, params, averages, strict=True), start=1):
+        stepped = p + u  # the parameter before an overwrite
+        e_p = e_p + HALF * (2 * np.abs(u) + np.abs(stepped))
+        m = 0.0 if (start == "first_step" and t == 1) else momentum
+        e_a = (
+            m * e_a
+            + (1 - m) * e_p
+            + HALF * (2 * m * np.abs(a) + 2 * (1 - m) * np.abs(stepped) + np.abs(new_a))
+        )
+        if overwrite_frequency and t % overwrite_frequency == 0:
+            # The overwrite is the update ``a - p`` added to ``p``: two roundings.
+            e_p = e_a + HALF * (np.abs(new_a - p) + np.abs(new_a))
+        p, a = new_p, new_a
+        out_p.append(e_p)
+        out_a.append(e_a)
+    return np.stack(out_p), np.stack(out_a)
+
+
 @pytest.mark.parametrize("start", ["initial", "first_step"])
 @pytest.mark.parametrize("overwrite_frequency", [None, 1, 3])
 def test_ema_params_matches_numpy(overwrite_frequency: int | None, start: str) -> None:
@@ -353,8 +500,11 @@ def test_ema_params_matches_numpy(overwrite_frequency: int | None, start: str) -
     exp_params, exp_averages = ema_params_reference(
         p0, -lr * grads, momentum, overwrite_frequency, start
     )
-    assert_close("params", params, exp_params)
-    assert_close("averages", averages, exp_averages)
+    bound_params, bound_averages = ema_params_bounds(
+        p0, -lr * grads, exp_params, exp_averages, momentum, overwrite_frequency, start
+    )
+    assert_within("params", params, exp_params, bound_params)
+    assert_within("averages", averages, exp_averages, bound_averages)
 
 
 def _sgd_ema_trajectory(tx: Any, p0: list[float], grad: float, steps: int) -> tuple:
@@ -434,8 +584,16 @@ def test_unscale_gradients_undoes_scale_loss(factor: float) -> None:
     updates, _ = jax.jit(tx.update)(scaled, state, jnp.asarray(w0))
 
     x64, y64, w64 = x.astype(np.float64), y.astype(np.float64), w0.astype(np.float64)
-    expected = x64.T @ (x64 @ w64 - y64) / len(y64)
-    assert_close(f"unscaled gradient s={factor}", -np.asarray(updates), expected)
+    residual = x64 @ w64 - y64
+    expected = x64.T @ residual / len(y64)
+    # float32 sums of n terms are off by at most n EPS32 of the sum of their terms' sizes
+    # (TOLERANCES.md): the residual (3 products and the subtraction of y), then the gradient
+    # (6 products), each through 1 / n; the scaling by s and back, 2 roundings, and the
+    # learning rate 1 (exact).
+    e_residual = 4 * EPS32 * (np.abs(x64) @ np.abs(w64) + np.abs(y64))
+    terms = np.abs(x64).T @ (e_residual + 6 * EPS32 * np.abs(residual))
+    bound = terms / len(y64) + 2 * HALF * np.abs(expected)
+    assert_within(f"unscaled gradient s={factor}", -np.asarray(updates), expected, bound)
     if np.log2(factor).is_integer():
         # A power of two scales exactly: the same bits as the unscaled gradient.
         np.testing.assert_array_equal(-np.asarray(updates), np.asarray(jax.grad(loss)(w0)))

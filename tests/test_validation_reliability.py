@@ -44,6 +44,7 @@ NOT_OPTIONS = {
     "plot": "optx.schedules.plot, a figure",
     "MultiOptimizer": "checked below with its own arguments",
     "LossScaleOptimizer": "checked below with its own arguments",
+    "TrainStep": "made by `make_step`, which checks has_aux",
 }
 # Options that take a bool or something else (a mask).
 NOT_ONLY_BOOL = {("lars", "weight_decay_mask"), ("lars", "trust_ratio_mask")}
@@ -53,6 +54,8 @@ REQUIRED: dict[str, Any] = {
     "learning_rate": 0.1,
     "decay": 0.9,
     "fast_optimizer": optx.sgd(0.1),
+    "loss_fn": lambda params: params,
+    "tx": optx.sgd(0.1),
     "base_optimizer": optx.sgd(0.1),
     "sync_period": 2,
     "slow_step_size": 0.5,

@@ -7,6 +7,7 @@ layout and every error message of the family.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -14,17 +15,39 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import EPS32, roundoff_rtol
 from helpers import assert_close as _close
-from helpers import roundoff_rtol
 
 import optx
 
 STEPS = 100
-# Float32 round-off after 100 steps, relative to each leaf's largest entry (see `_close`).
-RTOL, ATOL = 1e-6, 1e-7
-# Float32 against a float64 loop: each step's arithmetic rounds at ~6e-8 and the relative
-# step size of Adafactor feeds the parameters' scale back into the steps.
-REF_RTOL, REF_ATOL = 2e-6, 1e-7
+EPS64 = float(np.finfo(np.float64).eps)
+# Float64 round-off of a float64 run (`_run64`): 32 roundings a step of each leaf's scale.
+ROUNDOFF64 = STEPS * 32 * EPS64
+
+# Parity with optax, with the NumPy loops and with Keras runs in float64 (`_run64`): the
+# differences left are optx's float32 hyperparameters (DESIGN D2), each off by at most
+# EPS32 / 2 relative, and the decay ``b_t = 1 - t**-decay_rate``, which optx (and optax)
+# compute in float32. ``k`` counts the roundings a step's update goes through, as in
+# tests/test_zoo_adam.py: 1 for a learning rate, epsilon, clipping threshold, parameter
+# scale floor, weight decay; a momentum b = 0.9 its lag, 9, and 1 for 1 - b; 2 for the
+# momentum kept in float32 (``dtype_momentum``). The parameters are then off by at most
+# ``k * EPS32 / 2 * sum_t max|u_t|`` per leaf, plus ROUNDOFF64 of each leaf's scale; an
+# update 1.001x too large lands 600x outside (`test_bounds_catch_an_update_off_by_1e3`).
+#
+# ``b_t`` against a float64 one (the NumPy loops, Keras): b_t in [0.5, 1) rounds by at most
+# EPS32 / 4 absolutely, so ``1 - b_t = t**-decay_rate`` by EPS32 / 4 / (1 - b_t), up to
+# ``steps**decay_rate / 2`` roundings at the last step, and its lag (the product of b over
+# the average's window, ~``1 / (1 - b_t)`` steps) as many again; halved through the root:
+# ``steps**decay_rate / 2``, plus 3 for the float32 power (`k_decay`). optx against optax,
+# both in float32 from the same power: only the power's few ulps, relative to 1 - b_t, and
+# as many for the lag (`K_DECAY32`).
+K_DECAY32 = 3 + 3
+
+
+def k_decay(decay_rate: float, steps: int = STEPS) -> float:
+    """The roundings of the float32 decay ``b_t`` against a float64 one (see above)."""
+    return steps**decay_rate / 2 + 3
 
 
 def _params() -> dict[str, Any]:
@@ -69,6 +92,37 @@ def _run(tx: Any, apply_updates: Any, params: Any, grads: Any) -> tuple[Any, Any
     return jax.jit(run)(params, grads)
 
 
+def _run64(tx: Any, apply_updates: Any, params: Any, grads: Any) -> tuple:
+    """`_run` in float64 (`jax.enable_x64`); NumPy trees out (compared outside x64, see
+    tests/TOLERANCES.md), and per parameter leaf ``sum_t max|u_t|`` and ``max_t max|u_t|``.
+    """
+    with jax.enable_x64(True):
+        params, grads = jax.tree.map(
+            lambda x: jnp.asarray(np.asarray(x, np.float64)), (params, grads)
+        )
+
+        def run(params: Any, grads: Any) -> tuple:
+            def step(carry: tuple, g: Any) -> tuple:
+                p, s = carry
+                u, s = tx.update(g, s, p)
+                return (apply_updates(p, u), s), jax.tree.map(lambda x: jnp.max(jnp.abs(x)), u)
+
+            (p, s), sizes = jax.lax.scan(step, (params, tx.init(params)), grads)
+            return p, s, jax.tree.map(jnp.sum, sizes), jax.tree.map(jnp.max, sizes)
+
+        return jax.tree.map(np.asarray, jax.jit(run)(params, grads))
+
+
+def _check_params(name: str, ours: Any, expected: Any, k: float, path: Any) -> None:
+    """Per leaf ``k * EPS32 / 2 * sum_t max|u_t|`` (``path``), plus ROUNDOFF64."""
+    leaves = zip(
+        jax.tree.leaves(ours), jax.tree.leaves(expected), jax.tree.leaves(path), strict=True
+    )
+    for a, e, u in leaves:
+        assert np.asarray(a).dtype == np.float64
+        _close(name, a, e, ROUNDOFF64, k * EPS32 / 2 * float(u))
+
+
 def _mask(params: Any) -> Any:
     """Decay the matrices only."""
     return jax.tree.map(lambda p: p.ndim >= 2, params)
@@ -81,6 +135,7 @@ def _schedule(count: jax.Array) -> jax.Array:
 # --------------------------------------------------------------------------------------
 # Parity with optax.
 
+# (optx or optax) -> transform; its k in `PARITY_K`.
 PARITY = {
     "defaults": lambda m: m.adafactor(),
     "factored_momentum_decay": lambda m: m.adafactor(
@@ -100,22 +155,70 @@ PARITY = {
     ),
     "unfactored": lambda m: m.adafactor(1e-2, factored=False, clipping_threshold=0.5),
 }
+PARITY_K = {
+    "defaults": K_DECAY32 + 1 + 1 + 1,  # eps, the clipping threshold, the scale floor
+    # lr, eps, threshold, floor, momentum 0.9 (lag, 1 - b, kept in float32), weight decay.
+    "factored_momentum_decay": K_DECAY32 + 4 + 9 + 1 + 2 + 1,
+    "schedule_unclipped_unscaled": K_DECAY32 + 1 + 1,  # the schedule (float32), eps
+    "unfactored": K_DECAY32 + 4,  # lr, eps, threshold, floor
+}
+
+
+@functools.cache
+def _optax64(case: str) -> tuple:
+    """optax's float64 run of `PARITY` ``case`` (`_run64`), shared by two tests."""
+    params = _params()
+    return _run64(PARITY[case](optax), optax.apply_updates, params, _grads(params))
 
 
 @pytest.mark.parametrize("case", sorted(PARITY))
 def test_adafactor_matches_optax(case: str) -> None:
+    # The two libraries' programs differ (reductions, fusions), so not bit for bit: in
+    # float64, to `PARITY_K` roundings.
     params = _params()
     grads = _grads(params)
-    ours, our_state = _run(PARITY[case](optx), optx.apply_updates, params, grads)
-    theirs, their_state = _run(PARITY[case](optax), optax.apply_updates, params, grads)
-    # Measured: 0 (bit for bit) in every case.
-    _close(f"{case} params", ours, theirs, RTOL, ATOL)
+    k = PARITY_K[case]
+    ours, our_state, _, _ = _run64(PARITY[case](optx), optx.apply_updates, params, grads)
+    theirs, their_state, path, u_max = _optax64(case)
+    _check_params(f"{case} params", ours, theirs, k, path)
     mine, other = our_state[0], their_state[0]
     assert int(mine.count) == int(other.count) == STEPS
+    # Means of squares: no cancellation, relative to their values with b_t's full lag
+    # (no root): 2 k.
     for slot in ("v_row", "v_col", "v"):
-        _close(f"{case} {slot}", getattr(mine, slot), getattr(other, slot), RTOL, ATOL)
+        _close(f"{case} {slot}", getattr(mine, slot), getattr(other, slot), k * EPS32, 0.0)
     if case == "factored_momentum_decay":
-        _close(f"{case} ema", our_state[4].ema, their_state[4].ema, RTOL, ATOL)
+        # The momentum (b = 0.9) can cancel: its error is relative to its terms x_s, the
+        # scaled steps. u_t = ema_t + wd p (wd = 1e-3) and x_t = (ema_t - b ema_(t-1)) /
+        # (1 - b), so |x| <= 19 (max|u| + wd max|p|), with max|p| <= |p_T| + sum_t |u_t|.
+        for a, e, m, p, u in zip(
+            jax.tree.leaves(our_state[4].ema),
+            jax.tree.leaves(their_state[4].ema),
+            jax.tree.leaves(u_max),
+            jax.tree.leaves(theirs),
+            jax.tree.leaves(path),
+            strict=True,
+        ):
+            x_max = 19 * (float(m) + 1e-3 * (float(np.max(np.abs(p))) + float(u)))
+            _close(f"{case} ema", a, e, 0.0, k * EPS32 / 2 * x_max)
+
+
+def test_bounds_catch_an_update_off_by_1e3() -> None:
+    """The parity and reference bounds see every update 1.001x too large."""
+    params = _params()
+    grads = _grads(params)
+    case = "factored_momentum_decay"
+    wrong = optx.chain(PARITY[case](optx), optx.scale(1.001))
+    ours, _, _, _ = _run64(wrong, optx.apply_updates, params, grads)
+    theirs, _, path, _ = _optax64(case)
+    leaves = zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), jax.tree.leaves(path), strict=True)
+    errors = [
+        float(np.max(np.abs(a - e)))
+        / (PARITY_K[case] * EPS32 / 2 * float(u) + ROUNDOFF64 * float(np.max(np.abs(e))))
+        for a, e, u in leaves
+    ]
+    print(f"{case} x 1.001: max error / bound {max(errors):.3g}")
+    assert max(errors) > 10
 
 
 def test_statistics_follow_the_factored_axes() -> None:
@@ -171,10 +274,13 @@ def _np_factored_dims(shape: tuple[int, ...], min_dim: int, axes: str) -> tuple 
     return None if min(shape[d0], shape[d1]) < min_dim else (d1, d0)
 
 
-def _np_optax_adafactor(params: Any, grads: Any, **kw: Any) -> list[np.ndarray]:
-    """optax's convention, in float64: row/column statistics, then the chain's scalings."""
+def _np_optax_adafactor(params: Any, grads: Any, **kw: Any) -> tuple[list, list]:
+    """optax's convention, in float64: row/column statistics, then the chain's scalings.
+    The final leaves, and per leaf ``sum_t max|u_t|``.
+    """
     leaves = [np.asarray(p, np.float64) for p in jax.tree.leaves(params)]
     gleaves = [np.asarray(g, np.float64) for g in jax.tree.leaves(grads)]
+    paths = [0.0] * len(leaves)
     stats = [{} for _ in leaves]
     mom = [np.zeros_like(p) for p in leaves]
     decay_mask = [p.ndim >= 2 for p in leaves]
@@ -200,13 +306,17 @@ def _np_optax_adafactor(params: Any, grads: Any, **kw: Any) -> list[np.ndarray]:
             mom[i] = kw["momentum"] * mom[i] + (1 - kw["momentum"]) * u
             u = mom[i] + (kw["wd"] * p if decay_mask[i] else 0.0)
             leaves[i] = p - u
-    return leaves
+            paths[i] += float(np.max(np.abs(u)))
+    return leaves, paths
 
 
-def _np_keras_adafactor(params: Any, grads: Any, **kw: Any) -> list[np.ndarray]:
-    """Keras's `Adafactor.update_step`, transcribed in float64."""
+def _np_keras_adafactor(params: Any, grads: Any, **kw: Any) -> tuple[list, list]:
+    """Keras's `Adafactor.update_step`, transcribed in float64. The final leaves, and per
+    leaf ``sum_t max|u_t|``.
+    """
     leaves = [np.asarray(p, np.float64) for p in jax.tree.leaves(params)]
     gleaves = [np.asarray(g, np.float64) for g in jax.tree.leaves(grads)]
+    paths = [0.0] * len(leaves)
     r = [0.0] * len(leaves)
     c = [0.0] * len(leaves)
     v = [0.0] * len(leaves)
@@ -232,7 +342,8 @@ def _np_keras_adafactor(params: Any, grads: Any, **kw: Any) -> list[np.ndarray]:
             u = g / np.sqrt(v[i])
             u_hat = u / max(1.0, rms(u) / kw["clip_threshold"])
             leaves[i] = w - alpha * u_hat
-    return leaves
+            paths[i] += float(np.max(np.abs(alpha * u_hat)))
+    return leaves, paths
 
 
 def _keras_convention(lr: float, clip: float = 1.0) -> optx.Transform:
@@ -248,28 +359,31 @@ def _keras_convention(lr: float, clip: float = 1.0) -> optx.Transform:
     )
 
 
+# The NumPy loops compute b_t in float64: `k_decay`.
+REF_K = {
+    # lr, eps, threshold, floor, momentum 0.9 (lag, 1 - b, kept in float32), weight decay.
+    "optax": k_decay(0.6) + 4 + 9 + 1 + 2 + 1,
+    # The relative step min(lr, 1 / sqrt(t)) in float32 (2), eps, threshold, floor.
+    "keras": k_decay(0.8) + 2 + 3,
+}
+
+
 def test_adafactor_matches_a_float64_reference_optax_convention() -> None:
     params = _params()
     grads = _grads(params)
     kw = dict(lr=1e-2, min_dim=2, decay_rate=0.6, eps=1e-30, clip=1.0, momentum=0.9, wd=1e-3)
     tx = PARITY["factored_momentum_decay"](optx)
-    ours = jax.tree.leaves(_run(tx, optx.apply_updates, params, grads)[0])
-    # Measured: 5.6e-7.
-    _close(
-        "optax convention vs float64",
-        ours,
-        _np_optax_adafactor(params, grads, **kw),
-        REF_RTOL,
-        REF_ATOL,
-    )
+    ours = _run64(tx, optx.apply_updates, params, grads)[0]
+    expected, paths = _np_optax_adafactor(params, grads, **kw)
+    _check_params("optax convention vs float64", ours, expected, REF_K["optax"], paths)
 
 
 def test_adafactor_matches_a_float64_reference_keras_convention() -> None:
     params = _params()
     grads = _grads(params)
     # lr 0.8 > 1/sqrt(t) from t = 2 on: the relative step caps it.
-    ours = jax.tree.leaves(_run(_keras_convention(0.8), optx.apply_updates, params, grads)[0])
-    ref = _np_keras_adafactor(
+    ours = _run64(_keras_convention(0.8), optx.apply_updates, params, grads)[0]
+    expected, paths = _np_keras_adafactor(
         params,
         grads,
         lr=0.8,
@@ -278,8 +392,7 @@ def test_adafactor_matches_a_float64_reference_keras_convention() -> None:
         beta_2_decay=-0.8,
         clip_threshold=1.0,
     )
-    # Measured: 5.7e-7.
-    _close("keras convention vs float64", ours, ref, REF_RTOL, REF_ATOL)
+    _check_params("keras convention vs float64", ours, expected, REF_K["keras"], paths)
 
 
 def test_adafactor_matches_keras() -> None:
@@ -289,16 +402,29 @@ def test_adafactor_matches_keras() -> None:
     steps = 20
     params = {k: v for k, v in _params().items() if k != "big"}
     grads = _grads(params, steps)
-    leaves = jax.tree.leaves(params)
-    variables = [keras.Variable(np.asarray(p)) for p in leaves]
-    opt = keras.optimizers.Adafactor(learning_rate=0.8, clip_threshold=0.7)
-    for t in range(steps):
-        opt.apply_gradients(
-            [(np.asarray(g[t]), v) for g, v in zip(jax.tree.leaves(grads), variables, strict=True)]
-        )
-    ours, _ = _run(_keras_convention(0.8, clip=0.7), optx.apply_updates, params, grads)
-    # Measured: 1.8e-7 (float32 on both sides, differently ordered).
-    _close("keras", jax.tree.leaves(ours), [np.asarray(v) for v in variables], 1e-6, 1e-7)
+    # Both in float64 (Keras with floatx float64): the relative step feeds each leaf's scale
+    # back into its steps and the sums of squares reduce in each library's order, which
+    # float32 would bound only loosely. To `REF_K["keras"]` roundings over 20 steps.
+    floatx = keras.config.floatx()
+    with jax.enable_x64(True):
+        keras.config.set_floatx("float64")
+        try:
+            variables = [keras.Variable(np.asarray(p, np.float64)) for p in jax.tree.leaves(params)]
+            opt = keras.optimizers.Adafactor(learning_rate=0.8, clip_threshold=0.7)
+            for t in range(steps):
+                opt.apply_gradients(
+                    [
+                        (np.asarray(g[t], np.float64), v)
+                        for g, v in zip(jax.tree.leaves(grads), variables, strict=True)
+                    ]
+                )
+            expected = [np.asarray(v.value) for v in variables]
+        finally:
+            keras.config.set_floatx(floatx)
+    tx = _keras_convention(0.8, clip=0.7)
+    ours, _, path, _ = _run64(tx, optx.apply_updates, params, grads)
+    k = k_decay(0.8, steps) + 2 + 3  # as `REF_K["keras"]`, over 20 steps
+    _check_params("keras", jax.tree.leaves(ours), expected, k, jax.tree.leaves(path))
 
 
 # --------------------------------------------------------------------------------------

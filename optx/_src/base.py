@@ -241,7 +241,7 @@ def _wrapped_update(update: Callable[..., Any]) -> Callable[..., Any]:
     ) -> tuple[Updates, OptState]:
         if not self.row_sparse:
             sparse.reject(self.name, updates)
-        check_state(self, state)
+        check_state(self, state, args[0] if args else kwargs.get("params"))
         h = getattr(state, "hyperparams", None)
         # Only the transform that declared them advances them: a wrapper whose state is
         # its inner transform's (`skip_missing`) passes it on untouched.
@@ -333,7 +333,7 @@ class StateMismatchError(ValueError):
     """A transform's `update` was given a state that another transform's `init` made."""
 
 
-def check_state(tx: Transform, state: OptState) -> None:
+def check_state(tx: Transform, state: OptState, params: Params | None = None) -> None:
     """Refuses ``state`` if another transform made it (a `StateMismatchError`).
 
     A state is ``tx``'s own when it is of the type ``tx``'s ``init`` is annotated to return
@@ -343,7 +343,8 @@ def check_state(tx: Transform, state: OptState) -> None:
     inner transform's). A transform that declares hyperparameters refuses a state without
     them (an `EmptyState`, a chain's tuple, optax's); an earlier release's state (its
     hyperparameters a dict) is taken as it is. Types and static data only: under
-    `jax.jit` this runs when tracing, and nothing is added to the step.
+    `jax.jit` this runs when tracing, and nothing is added to the step. ``params``, the
+    call's third argument, is only read for the message (`swapped_hint`).
     """
     reason = mismatch(tx, state)
     if reason is not None:
@@ -353,11 +354,46 @@ def check_state(tx: Transform, state: OptState) -> None:
         if kinds:
             names = " or ".join(k.__name__ for k in kinds)
             expected = f" ({'an' if names[0] in 'AEIOU' else 'a'} {names})"
+        fix = swapped_hint(state, params) or (
+            f" Pass the state returned by `init` of this same transform (`{name}`)."
+        )
         raise StateMismatchError(
             f"`{name}.update` needs the state made by its own `init`{expected}. Received: "
-            f"{describe(state)}{reason}. Pass the state returned by `init` of this same "
-            f"transform (`{name}`)."
+            f"{describe(state)}{reason}.{fix}"
         )
+
+
+SWAPPED = " Did you pass (grads, params, state)? The order is update(updates, state, params)."
+
+
+def swapped_hint(state: OptState, params: Params | None) -> str:
+    """`SWAPPED` if ``update`` seems to have been given the parameters and the state swapped.
+
+    That is when ``params`` looks like a state (it holds what only states hold: a
+    `HyperParams`, or a NamedTuple state of optx or optax, `EmptyState` included) and
+    ``state`` does not; otherwise ``""``. Types only: it runs when tracing.
+    """
+    if params is None or not _holds_state(params) or _holds_state(state):
+        return ""
+    return SWAPPED
+
+
+def _holds_state(tree: Any) -> bool:
+    """Whether ``tree`` holds a node that only optimizer states hold."""
+    found = []
+
+    def visit(node: Any) -> bool:
+        if isinstance(node, hp.HyperParams) or (
+            isinstance(node, tuple)
+            and hasattr(node, "_fields")
+            and type(node).__module__.split(".")[0] in ("optx", "optax")
+        ):
+            found.append(node)
+            return True
+        return False
+
+    jax.tree_util.tree_flatten(tree, is_leaf=visit)
+    return bool(found)
 
 
 def foreign(tx: Transform, state: OptState) -> bool:

@@ -22,6 +22,7 @@ from optx._src.base import (
     describe,
     foreign,
     mismatch,
+    swapped_hint,
 )
 from optx._src.base import transform as _transform
 from optx._src.tree import is_none, is_param, path_name
@@ -77,7 +78,7 @@ class Chain(Transform):
                 f"{len(self.transforms)} states). Received: state of type "
                 f"{type(state).__name__}"
                 + (f" with {len(state)} entries." if isinstance(state, tuple) else ".")
-                + _mismatch_hint(self, state)
+                + _mismatch_hint(self, state, params)
             )
         for i, (tx, s) in enumerate(zip(self.transforms, state, strict=True)):
             # Checked here for all of them first, to say where each state belongs.
@@ -109,8 +110,11 @@ class Chain(Transform):
         )
 
 
-def _mismatch_hint(tx: Transform, state: OptState) -> str:
+def _mismatch_hint(tx: Transform, state: OptState, params: Params | None) -> str:
     """The end of a message on a state of the wrong structure: who made it, what to pass."""
+    fix = swapped_hint(state, params)
+    if fix:  # `update(grads, params, state)`: the order is the fix
+        return fix
     return (
         f" That is {describe(state)}; pass the state returned by `init` of this same "
         f"transform (`{built_as(tx)}`)."
@@ -190,7 +194,7 @@ class NamedChain(Transform):
                 f"`named_chain.update` needs the state made by its `init`, keyed by "
                 f"{expected}. Received: state of type {type(state).__name__}"
                 + (f" keyed by {list(state)}." if isinstance(state, Mapping) else ".")
-                + _mismatch_hint(self, state)
+                + _mismatch_hint(self, state, params)
             )
         for n, tx in self.transforms:
             if isinstance(tx, Transform) and foreign(tx, state[n]):

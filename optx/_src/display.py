@@ -2,7 +2,9 @@
 
 `Transform._repr_html_`, `optx.summary` and the stateful optimizers' displays render their
 tables here, so they look alike and escape alike. Cells given as `Raw` are trusted HTML
-(a nested table); every other cell is converted with `str` and escaped.
+(a nested table); every other cell is converted with `str` and escaped. A display of a big
+model stays short: past `FULL` rows it groups them, and caps what it lists (`SHOWN` rows in
+HTML, folded in a ``<details>`` element; `SHOWN_TEXT` in text) with ``"... and N more"``.
 """
 
 from __future__ import annotations
@@ -29,31 +31,129 @@ def cell(value: Any) -> str:
     return value if isinstance(value, Raw) else html.escape(str(value))
 
 
-def html_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+FULL = 30
+"""A display lists every row of a table of at most this many rows; a longer one is grouped."""
+
+SHOWN = 10
+"""The rows a folded HTML table shows before its ``"... and N more"`` row."""
+
+SHOWN_TEXT = 5
+"""The rows a capped text table shows (text does not fold: it keeps to a screen)."""
+
+
+def more(hidden: int) -> str:
+    """The line that stands for ``hidden`` rows left out of a table.
+
+    Example:
+      >>> more(590)
+      '... and 590 more'
+    """
+    return f"... and {hidden} more"
+
+
+def html_table(
+    headers: Sequence[str], rows: Iterable[Sequence[Any]], limit: int | None = None
+) -> str:
     """An HTML ``<table>``: a header row of ``headers``, then one row per item of ``rows``.
+
+    With ``limit``, the first ``limit`` rows, then one row ``"... and N more"`` for the rest.
 
     Example:
       >>> html_table(["name", "value"], [["lr", "<0.1>"]])
       '<table><tr><th>name</th><th>value</th></tr><tr><td>lr</td><td>&lt;0.1&gt;</td></tr></table>'
+      >>> html_table(["i"], [[0], [1], [2]], limit=1).removeprefix("<table><tr><th>i</th></tr>")
+      '<tr><td>0</td></tr><tr><td colspan="1">... and 2 more</td></tr></table>'
     """
+    rows = list(rows)
+    shown, hidden = _cap(rows, limit)
     head = "".join(f"<th>{cell(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in row) + "</tr>" for row in rows)
+    body = "".join("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in row) + "</tr>" for row in shown)
+    if hidden:
+        body += f'<tr><td colspan="{len(headers)}">{cell(more(hidden))}</td></tr>'
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def text_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "") -> str:
+def text_table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    indent: str = "",
+    limit: int | None = None,
+) -> str:
     """A plain-text table: columns left-aligned to their widest cell, two spaces apart.
+
+    With ``limit``, the first ``limit`` rows, then a line ``"... and N more"`` for the rest.
 
     Example:
       >>> print(text_table(["name", "value"], [["learning_rate", 0.1], ["b1", 0.9]]))
       name           value
       learning_rate  0.1
       b1             0.9
+      >>> print(text_table(["i"], [[0], [1], [2]], limit=1))
+      i
+      0
+      ... and 2 more
     """
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    shown, hidden = _cap(list(rows), limit)
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in shown]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    if hidden:
+        lines.append(more(hidden))
     return "\n".join(indent + line for line in lines)
+
+
+def _cap(rows: list[Any], limit: int | None) -> tuple[list[Any], int]:
+    """The rows a table shows, and how many it leaves out."""
+    if limit is None or len(rows) <= limit:
+        return rows, 0
+    return rows[:limit], len(rows) - limit
+
+
+def folded(title: str, body: str) -> str:
+    """HTML that shows ``title`` and unfolds ``body`` (a ``<details>`` element) on a click.
+
+    Example:
+      >>> folded("600 rows", "<table></table>")
+      '<details><summary>600 rows</summary><table></table></details>'
+    """
+    return f"<details><summary>{cell(title)}</summary>{body}</details>"
+
+
+def counted(values: Iterable[Any], limit: int = 3) -> str:
+    """Distinct values with how many times each occurs, most frequent first, the first ``limit``.
+
+    One value alone shows without its count.
+
+    Example:
+      >>> counted([(64, 64), (64,), (64, 64), (64,), (8,)])
+      '2 x (64, 64), 2 x (64,), 1 x (8,)'
+      >>> counted(["float32", "float32"]), counted(range(5), limit=2)
+      ('float32', '1 x 0, 1 x 1, 3 more')
+    """
+    counts: dict[Any, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    if len(counts) == 1:
+        return str(next(iter(counts)))
+    ranked = sorted(counts.items(), key=lambda item: -item[1])  # stable: ties keep their order
+    shown = [f"{n} x {value}" for value, n in ranked[:limit]]
+    if len(ranked) > limit:
+        shown.append(f"{len(ranked) - limit} more")
+    return ", ".join(shown)
+
+
+def bytes_by_dtype(items: Iterable[tuple[str, int]]) -> str:
+    """``(dtype, bytes)`` pairs summed per dtype, largest first: ``"float32 1.5 KiB, int32 4 B"``.
+
+    Example:
+      >>> bytes_by_dtype([("int32", 4), ("float32", 1024), ("float32", 512)])
+      'float32 1.5 KiB, int32 4 B'
+    """
+    totals: dict[str, int] = {}
+    for dtype, nbytes in items:
+        totals[dtype] = totals.get(dtype, 0) + nbytes
+    ranked = sorted(totals.items(), key=lambda item: -item[1])
+    return ", ".join(f"{dtype} {format_bytes(n)}" for dtype, n in ranked)
 
 
 def format_bytes(n: int) -> str:

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from jax.core import Tracer
 
-from optx._src import display
+from optx._src import display, reprs
 from optx._src import hyperparams as hp
 from optx._src.base import GradientTransformationLike, OptState
 from optx._src.combine import Chain, NamedChain, Partition
@@ -57,28 +57,109 @@ class SummaryRow(NamedTuple):
     sharding: str
 
 
+class SummaryGroup(NamedTuple):
+    """Rows of a `Summary` that its grouped display shows as one line (`Summary.groups`).
+
+    Attributes:
+      where: as its rows'.
+      owner: as its rows'.
+      kind: as its rows'.
+      name: a slot's name (``"mu"``) for a slot's arrays, or for its scalars (the slot of
+        scalar parameters) when there are several; else its row's name.
+      rows: the `SummaryRow` s it stands for (one, but for slots).
+      nbytes: their bytes in total.
+      value: a scalar's value, as its row's; ``None`` for arrays and several scalars.
+      scheduled: whether a hyperparameter follows a schedule (``value`` is the one in force).
+    """
+
+    where: str
+    owner: str
+    kind: str
+    name: str
+    rows: tuple[SummaryRow, ...]
+    nbytes: int
+    value: float | int | bool | None
+    scheduled: bool
+
+
 @dataclasses.dataclass(frozen=True, repr=False)
 class Summary:
     """An optimizer state as a table: what `optx.summary` returns.
 
     Plain data: ``rows`` (one `SummaryRow` per array, a NamedTuple with the fields
     ``where, owner, kind, name, shape, dtype, nbytes, value, sharding``), ``total_bytes``
-    and ``num_arrays``. ``str``/``repr`` give an aligned text table, ``_repr_html_`` an
-    HTML one; ``pandas.DataFrame(summary.rows)`` gives a data frame.
+    and ``num_arrays``; ``groups`` folds each slot's arrays into one `SummaryGroup`,
+    ``bytes_by_dtype`` sums the bytes per dtype. ``str``/``repr`` give an aligned text
+    table, ``_repr_html_`` an HTML one; ``pandas.DataFrame(summary.rows)`` gives a data
+    frame. A state of at most 30 rows shows them all; a larger one shows totals, then
+    its groups, then the first arrays of its slots (10 in HTML, folded; 5 in text).
 
     Example:
       >>> import jax.numpy as jnp, optx
       >>> s = optx.summary(optx.sgd(0.1, momentum=0.9).init({"w": jnp.zeros(3)}))
-      >>> s.total_bytes, s.num_arrays
-      (24, 4)
+      >>> s.total_bytes, s.num_arrays, s.bytes_by_dtype
+      (24, 4, {'float32': 20, 'int32': 4})
       >>> [(r.where, r.kind, r.name, round(r.value, 6)) for r in s.rows if r.kind != "slot"]
       [('0', 'hyperparameter', 'momentum', 0.9), ('1', 'hyperparameter', 'learning_rate', 0.1),
        ('1', 'counter', 'count', 0)]
+      >>> [(g.name, len(g.rows), g.nbytes) for g in s.groups if g.kind == "slot"]
+      [('trace', 1, 12)]
     """
 
     rows: tuple[SummaryRow, ...]
     total_bytes: int
     num_arrays: int
+
+    @property
+    def groups(self) -> tuple[SummaryGroup, ...]:
+        """The rows with each slot's arrays folded into one group, in the rows' order.
+
+        A slot is named by the first part of its rows' names (``"mu"`` of
+        ``"mu/dense/kernel"``); its arrays are one group, its scalars another. Every other
+        row is a group of its own.
+        """
+        scheduled = {
+            (r.where, r.owner, r.name.removesuffix(_SCALE))
+            for r in self.rows
+            if r.kind == "scalar" and r.name.endswith(_SCALE)
+        }
+        grouped: dict[tuple[str, ...], list[SummaryRow]] = {}
+        for i, r in enumerate(self.rows):
+            slot = r.name.split("/", 1)[0] if _in_slot(r) else str(i)
+            grouped.setdefault((r.where, r.owner, r.kind, slot), []).append(r)
+        return tuple(
+            SummaryGroup(
+                where,
+                owner,
+                kind,
+                slot if kind == "slot" or len(rows) > 1 else rows[0].name,
+                tuple(rows),
+                sum(r.nbytes for r in rows),
+                None if kind == "slot" or len(rows) > 1 else rows[0].value,
+                kind == "hyperparameter" and (where, owner, rows[0].name) in scheduled,
+            )
+            for (where, owner, kind, slot), rows in grouped.items()
+        )
+
+    @property
+    def bytes_by_dtype(self) -> dict[str, int]:
+        """``{dtype name: bytes}`` of the rows, largest first; the values sum to `total_bytes`."""
+        totals: dict[str, int] = {}
+        for r in self.rows:
+            totals[r.dtype] = totals.get(r.dtype, 0) + r.nbytes
+        return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+    @property
+    def num_parameters(self) -> int:
+        """How many parameters the slots hold arrays for.
+
+        The distinct names of slot rows after their slot's name (``"dense/kernel"`` of
+        ``"mu/dense/kernel"``).
+        """
+        return len({r.name.partition("/")[2] for r in self.rows if _in_slot(r)})
+
+    def _folds(self) -> bool:
+        return len(self.rows) > display.FULL
 
     def _cells(self) -> list[tuple[str, ...]]:
         sharded = any(r.sharding for r in self.rows)
@@ -104,22 +185,103 @@ class Summary:
         headers = ["where", "owner", "kind", "name", "shape", "dtype", "bytes", "value"]
         return headers + (["sharding"] if any(r.sharding for r in self.rows) else [])
 
+    def _group_headers(self) -> list[str]:
+        headers = ["where", "owner", "kind", "name", "arrays", "shape", "dtype", "bytes"]
+        return headers + ["value"] + (["sharding"] if any(r.sharding for r in self.rows) else [])
+
+    def _group_cells(self) -> list[tuple[str, ...]]:
+        sharded = any(r.sharding for r in self.rows)
+        cells, last = [], None
+        for g in self.groups:
+            section = (g.where, g.owner)
+            first = section != last
+            last = section
+            value = "" if g.value is None else display.short(g.value)
+            row = (
+                (g.where or _TOP) if first else "",
+                g.owner if first else "",
+                g.kind,
+                g.name,
+                str(len(g.rows)),
+                display.counted(r.shape for r in g.rows),
+                display.counted(r.dtype for r in g.rows),
+                str(g.nbytes),
+                f"schedule: {value}" if g.scheduled else value,
+            )
+            sharding = display.counted(r.sharding for r in g.rows)
+            cells.append(row + ((sharding,) if sharded else ()))
+        return cells
+
+    def _slot_rows(self) -> list[SummaryRow]:
+        return [r for r in self.rows if _in_slot(r)]
+
+    def _slot_cells(self) -> list[tuple[str, ...]]:
+        return [
+            (r.where or _TOP, r.owner, r.name, str(r.shape), r.dtype, str(r.nbytes))
+            for r in self._slot_rows()
+        ]
+
+    def _slot_title(self) -> str:
+        return f"{len(self._slot_rows())} slot arrays, one row each (all in `Summary.rows`)"
+
+    _SLOT_HEADERS = ("where", "owner", "name", "shape", "dtype", "bytes")
+
     def _title(self) -> str:
         size = display.format_bytes(self.total_bytes)
         if self.total_bytes >= 1024:
             size += f" ({self.total_bytes} B)"
         return f"optimizer state: {self.num_arrays} arrays, {size}"
 
+    def _totals(self) -> str:
+        by_dtype = display.bytes_by_dtype(self.bytes_by_dtype.items())
+        slots = f"slots for {self.num_parameters} parameters" if self.num_parameters else "no slots"
+        return f"by dtype: {by_dtype}; {slots}"
+
     def __repr__(self) -> str:
         if not self.rows:
             return self._title()
-        return f"{self._title()}\n{display.text_table(self._headers(), self._cells())}"
+        if not self._folds():
+            return f"{self._title()}\n{display.text_table(self._headers(), self._cells())}"
+        lines = [
+            self._title(),
+            self._totals(),
+            display.text_table(self._group_headers(), self._group_cells(), limit=display.FULL),
+        ]
+        if self._slot_rows():
+            lines.append(f"{self._slot_title()}:")
+            lines.append(
+                display.text_table(
+                    self._SLOT_HEADERS, self._slot_cells(), indent="  ", limit=display.SHOWN_TEXT
+                )
+            )
+        return "\n".join(lines)
 
     __str__ = __repr__
 
     def _repr_html_(self) -> str:
         title = f"<strong>{display.cell(self._title())}</strong>"
-        return f"<div>{title}{display.html_table(self._headers(), self._cells())}</div>"
+        if not self._folds():
+            return f"<div>{title}{display.html_table(self._headers(), self._cells())}</div>"
+        parts = [
+            f"<div>{title}<p>{display.cell(self._totals())}</p>",
+            display.html_table(self._group_headers(), self._group_cells(), limit=display.FULL),
+        ]
+        if self._slot_rows():
+            table = display.html_table(self._SLOT_HEADERS, self._slot_cells(), display.SHOWN)
+            parts.append(display.folded(self._slot_title(), table))
+        return "".join(parts) + "</div>"
+
+
+_SCALE = " (schedule scale)"
+
+
+def _in_slot(row: SummaryRow) -> bool:
+    """Whether a row is one array of a slot: a slot's (``mu/w``), or a scalar one (``mu/b``).
+
+    A scalar parameter's slot entries are scalars; grouped with their slot, a model of many
+    of them still shows one line per slot.
+    """
+    return row.kind == "slot" or (row.kind == "scalar" and "/" in row.name)
 
 
 def summary(state: OptState, transform: GradientTransformationLike | None = None) -> Summary:
@@ -129,8 +291,13 @@ def summary(state: OptState, transform: GradientTransformationLike | None = None
     tuples and dicts), for concrete, sharded and traced arrays, and for abstract ones
     (`jax.ShapeDtypeStruct`, as `jax.eval_shape` gives), which show shapes without values.
 
+    A state of more than 30 rows prints grouped: totals per dtype, one
+    line per hyperparameter, counter and slot (``mu``: its arrays, shapes and bytes), then
+    the first of the slots' arrays (10 in HTML, folded; 5 in text); ``rows`` holds them all.
+
     Args:
-      state: the state, as ``init`` or ``update`` returned it.
+      state: the state, as ``init`` or ``update`` returned it; or a built stateful
+        optimizer (`optx.optimizers.Adam`, ...), whose state is read.
       transform: the transform that made ``state`` (optional): sections are then named
         after its transforms (``"scale_by_adam"``) rather than their states' types.
 
@@ -139,9 +306,10 @@ def summary(state: OptState, transform: GradientTransformationLike | None = None
       total bytes and number of arrays; it prints as a table.
 
     Raises:
-      TypeError: ``state`` is a transform rather than a state, or ``transform`` is not a
-        transform.
-      ValueError: ``state``'s structure is not the one ``transform`` makes.
+      TypeError: ``state`` is a transform rather than a state, ``transform`` is not a
+        transform, or ``transform`` is given with a stateful optimizer.
+      ValueError: ``state``'s structure is not the one ``transform`` makes, or ``state``
+        is a stateful optimizer that is not built.
 
     Example:
       >>> import jax.numpy as jnp, optx
@@ -159,6 +327,8 @@ def summary(state: OptState, transform: GradientTransformationLike | None = None
       1      scale_by_learning_rate  hyperparameter  learning_rate  ()      float32  4      0.001
                                      counter         count          ()      int32    4      0
     """
+    if _is_optimizer(state):
+        return _optimizer_summary(state, transform)
     if _is_transform(state):
         raise TypeError(
             f"`summary` needs an optimizer state (what `init` returns), not a transform. "
@@ -190,6 +360,37 @@ def summary(state: OptState, transform: GradientTransformationLike | None = None
 
 
 _KINDS = ("hyperparameter", "counter", "scalar", "slot")
+
+
+def _is_optimizer(value: Any) -> bool:
+    """Whether ``value`` is a stateful optimizer (`optx.optimizers`): it keeps its state."""
+    kind = type(value)  # properties read on the class: reading them may take a lock
+    return (
+        isinstance(getattr(kind, "built", None), property)
+        and isinstance(getattr(kind, "variables", None), property)
+        and hasattr(value, "transform")
+        and hasattr(value, "_state")
+    )
+
+
+def _optimizer_summary(opt: Any, transform: Any) -> Summary:
+    """The summary of a stateful optimizer's state, read under its lock."""
+    if transform is not None:
+        raise TypeError(
+            f"`summary` needs transform=None for a stateful optimizer, which knows its own. "
+            f"Received: transform={reprs.short(transform)}."
+        )
+    if not opt.built:
+        raise ValueError(
+            f"`summary` needs a built optimizer. Call `optimizer.build(params)` first "
+            f"(`apply` builds on its first call). Received: an optimizer {opt.name!r} that "
+            f"was never built."
+        )
+    with opt._lock:  # a step in another thread donates the buffers read here
+        try:
+            return summary(opt._state, opt.transform)
+        except ValueError:  # a wrapper whose state is not its transform's: types name it
+            return summary(opt._state)
 
 
 def _hyper_key(row: SummaryRow) -> str:
@@ -260,7 +461,7 @@ def _hyper_rows(
         rows.append(row)
     scheduled = [e.name for e in node.entries if e.scheduled]
     for name, scale in zip(scheduled, node.scales, strict=True):
-        rows.append(_row(_array(scale), path, section, "scalar", f"{name} (schedule scale)"))
+        rows.append(_row(_array(scale), path, section, "scalar", name + _SCALE))
     if node.count is not None:
         rows.append(_row(_array(node.count), path, section, "counter", "schedule count"))
 

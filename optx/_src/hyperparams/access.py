@@ -20,6 +20,7 @@ from optx._src.hyperparams.node import (
     legacy_key,
     upgrade_value,
 )
+from optx._src.suggest import did_you_mean
 
 # --- Finding hyperparameters in a state --------------------------------------------------
 
@@ -275,19 +276,12 @@ def _resolve(api: str, named: list[Found], name: str, new: Any) -> Found:
             )
     if not matches:
         known = ", ".join(repr(f.flat) for f in named) or "none"
-        hint = _did_you_mean(name, [f.flat for f in named])
+        hint = did_you_mean(name, [f.flat for f in named])
         raise KeyError(
             f"`{api}` got an unknown hyperparameter {name!r}. Received: "
             f"{name}={reprs.short(new)}. This state has: {known}.{hint}"
         )
     return matches[0]
-
-
-def _did_you_mean(name: str, known: list[str]) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(name, known, n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 def _apply(api: str, state: Any, requested: Mapping[str, Any], how: str) -> Any:

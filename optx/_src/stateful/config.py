@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from optx._src import reprs
+from optx._src.suggest import did_you_mean
 
 # `optx.optimizers.serialize` and `deserialize`, installed by serialization.py.
 _codec: dict[str, Callable[..., Any]] = {}
@@ -69,6 +70,7 @@ def config_arguments(
                 raise TypeError(
                     f"`{api}` got an unexpected argument {reprs.short(unknown[0])} in config. "
                     f"Received: {reprs.name(unknown[0])}="
-                    f"{reprs.short(config[unknown[0]])}. Allowed: {', '.join(allowed)}."
+                    f"{reprs.short(config[unknown[0]])}."
+                    f"{did_you_mean(unknown[0], allowed)} Allowed: {', '.join(allowed)}."
                 )
     return dict(config)

@@ -102,6 +102,20 @@ class DecayMask:
         )
 
 
+def keyword_names(cls: type, defaults: Mapping[str, Any]) -> list[str]:
+    """Every keyword argument a Keras class takes, in order: its own, then the common ones.
+
+    Its own are those of its ``__init__`` (``learning_rate`` first, which the class passes
+    on by position) and of ``defaults``; then Keras's common ones, optx's and ``name``.
+    """
+    try:
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # not self
+    except (TypeError, ValueError):
+        params = []
+    own = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return list(dict.fromkeys(["learning_rate", *own, *defaults, *COMMON, *EXTRA, "name"]))
+
+
 def takes_no_args(fn: Callable[..., Any]) -> bool:
     if isinstance(fn, Schedule):
         return False

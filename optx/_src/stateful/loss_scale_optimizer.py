@@ -19,6 +19,7 @@ from optx._src.stateful.config import config_arguments, deserialize, serialize
 from optx._src.stateful.keras_args import COMMON, finite
 from optx._src.stateful.multi import _inner_check
 from optx._src.stateful.optimizer import Optimizer
+from optx._src.suggest import unexpected
 
 
 class LossScaleOptimizer(StatefulBase):
@@ -72,12 +73,11 @@ class LossScaleOptimizer(StatefulBase):
                 f"optimizer). Received: dynamic=False."
             )
         jit_compile = flag(api, "jit_compile", kwargs.pop("jit_compile", True))
+        unknown = {k: v for k, v in kwargs.items() if k not in COMMON and k != "learning_rate"}
+        if unknown:
+            names = ["inner_optimizer", "initial_scale", "dynamic_growth_steps", "name"]
+            raise TypeError(unexpected(api, unknown, [*names, "dynamic", "jit_compile"]))
         for key, value in kwargs.items():
-            if key not in COMMON and key != "learning_rate":
-                raise TypeError(
-                    f"`{api}` got an unexpected keyword argument {key!r}. "
-                    f"Received: {key}={value!r}."
-                )
             if key != "learning_rate" and value != COMMON[key]:
                 raise ValueError(
                     f"`{api}` does not support `{key}`. Received: {key}={value!r}. "

@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 import jax.numpy as jnp
 import numpy as np
 
-from optx._src import reprs
 from optx._src.base import GradientTransformationLike
 from optx._src.schedules import keras_serialization
 from optx._src.schedules.base import Schedule
@@ -29,6 +28,7 @@ from optx._src.stateful.keras_args import (
     check_common,
     check_learning_rate,
     deserialize_constraint,
+    keyword_names,
     serialize_constraint,
     snake,
 )
@@ -39,6 +39,7 @@ from optx._src.stateful.wrapped import (
     initial_learning_rate,
     is_transform,
 )
+from optx._src.suggest import unexpected
 
 # Attributes that the stateful base sets on every optimizer.
 _PUBLIC_ATTRIBUTES = frozenset({"name", "jit_compile", "transform"})
@@ -171,14 +172,10 @@ class Optimizer(KerasChainMixin, SlotDeclarations, StatefulBase):
             )
             learning_rate = kwargs.pop("lr")
         allowed = {*self._defaults, *COMMON, *EXTRA, "name"}
-        unknown = [k for k in kwargs if k not in allowed]
+        unknown = {k: v for k, v in kwargs.items() if k not in allowed}
         if unknown:
-            key = unknown[0]
-            raise TypeError(
-                f"`{api}` got an unexpected keyword argument {reprs.short(key)}. Received: "
-                f"{reprs.name(key)}={reprs.short(kwargs[key])}. "
-                f"Allowed: {', '.join(sorted(allowed))}."
-            )
+            names = keyword_names(type(self), self._defaults)
+            raise TypeError(unexpected(api, unknown, names))
         if learning_rate is None:
             learning_rate = self._default_learning_rate
         self._config = {**self._defaults, **COMMON, **EXTRA}

@@ -15,8 +15,8 @@ import numpy as np
 
 from optx._src.base import find_states
 from optx._src.combine import MaskedNode
+from optx._src.display import FULL, SHOWN, bytes_by_dtype, counted, folded, html_table, more
 from optx._src.display import format_bytes as _bytes
-from optx._src.display import html_table
 from optx._src.display import short as _short
 from optx._src.ema_params import EmaParamsState
 from optx._src.loss_scale import DynamicLossScaleState, UnscaleGradientsState
@@ -90,25 +90,30 @@ def hyperparameters(opt: Any) -> dict[str, float]:
     return out
 
 
-def _slots(opt: Any) -> list[tuple[str, int, int]]:
-    """(slot, arrays, bytes) of each slot name."""
-    layout = opt._require_built("repr")
-    values = opt.variables
-    rows: dict[str, list[int]] = {}
-    for (_, slot), key in layout.slots.items():
-        row = rows.setdefault(slot, [0, 0])
-        row[0] += 1
-        row[1] += int(values[key].nbytes)
-    return [(s, n, b) for s, (n, b) in rows.items()]
+def _scheduled(opt: Any) -> set[str]:
+    """The keys of the hyperparameters that follow a schedule."""
+    found = opt._require_built("repr").found or {}
+    return {key for key, f in found.items() if f and f[0].entry.scheduled}
 
 
-def _memory(opt: Any) -> int:
-    return sum(int(v.nbytes) for v in opt.variables.values())
+def _slots(opt: Any, values: dict[str, Any]) -> dict[str, list[tuple[str, Any]]]:
+    """``{slot: [(parameter path, array), ...]}``, slots and parameters in layout order."""
+    out: dict[str, list[tuple[str, Any]]] = {}
+    for (path, slot), key in opt._require_built("repr").slots.items():
+        out.setdefault(slot, []).append((path, values[key]))
+    return out
 
 
 def _header(opt: Any) -> str:
     args = opt._repr_args()
     return f"{type(opt).__name__}({args})"
+
+
+def _state_line(values: dict[str, Any]) -> str:
+    """``"state 4.7 MiB (float32 4.7 MiB, int32 8 B)"``: the bytes, then per dtype."""
+    items = [(np.dtype(v.dtype).name, int(v.nbytes)) for v in values.values()]
+    total = sum(n for _, n in items)
+    return f"state {_bytes(total)} ({bytes_by_dtype(items)})" if items else "state 0 B"
 
 
 def text(opt: Any) -> str:
@@ -136,19 +141,39 @@ def _text(opt: Any) -> str:
         else:
             lines.append("  not built (builds on the first step)")
         return "\n".join(lines)
+    values = opt.variables
     lines.append(
         f"  built for {len(opt._params_paths)} parameters; iterations="
-        f"{int(opt.iterations)}; state {_bytes(_memory(opt))}"
+        f"{int(opt.iterations)}; {_state_line(values)}"
     )
-    shown = ", ".join(f"{k}={_short(v)}" for k, v in hyperparameters(opt).items())
-    lines.append(f"  hyperparameters: {shown or 'none'}")
-    slots = "; ".join(f"{s} ({n} arrays, {_bytes(b)})" for s, n, b in _slots(opt))
-    lines.append(f"  slots: {slots or 'none'}")
+    scheduled = _scheduled(opt)
+    shown = [
+        f"{k}={_short(v)}" + (" (schedule)" if k in scheduled else "")
+        for k, v in hyperparameters(opt).items()
+    ]
+    lines.append(f"  hyperparameters: {_listed(shown, ', ') or 'none'}")
+    slots = [
+        f"{slot} ({len(arrays)} arrays, {_bytes(sum(int(a.nbytes) for _, a in arrays))})"
+        for slot, arrays in _slots(opt, values).items()
+    ]
+    lines.append(f"  slots: {_listed(slots, '; ') or 'none'}")
     return "\n".join(lines)
 
 
+def _listed(items: list[str], sep: str) -> str:
+    """``items`` joined by ``sep``: the first `FULL`, then ``"... and N more"``."""
+    if len(items) <= FULL:
+        return sep.join(items)
+    return sep.join([*items[:FULL], more(len(items) - FULL)])
+
+
 def html(opt: Any) -> str:
-    """`Optimizer._repr_html_`: the same as `text`, as tables (read under the lock)."""
+    """`Optimizer._repr_html_`: the same as `text`, as tables (read under the lock).
+
+    An optimizer of more than `FULL` slot arrays shows one row per slot (its arrays,
+    shapes, dtypes and bytes) and folds the per-parameter rows, the first `SHOWN` of them,
+    into a ``<details>`` element.
+    """
     if opt.built:
         with opt._lock:
             return _html(opt)
@@ -161,25 +186,44 @@ def _html(opt: Any) -> str:
     if not opt.built:
         parts.append("<p>not built (builds on the first step)</p></div>")
         return "".join(parts)
+    values = opt.variables
     parts.append(
         f"<p>{len(opt._params_paths)} parameters, iterations {int(opt.iterations)}, "
-        f"state {esc(_bytes(_memory(opt)))}</p>"
+        f"{esc(_state_line(values))}</p>"
     )
+    scheduled = _scheduled(opt)
     parts.append(
         html_table(
-            ["hyperparameter", "value"], [(k, _short(v)) for k, v in hyperparameters(opt).items()]
-        )
-    )
-    values = opt.variables
-    layout = opt._require_built("repr")
-    parts.append(
-        html_table(
-            ["parameter", "slot", "shape", "dtype"],
+            ["hyperparameter", "value"],
             [
-                (path, slot, tuple(values[key].shape), values[key].dtype)
-                for (path, slot), key in layout.slots.items()
+                (k, f"schedule: {_short(v)}" if k in scheduled else _short(v))
+                for k, v in hyperparameters(opt).items()
             ],
+            limit=FULL,
         )
     )
+    slots = _slots(opt, values)
+    rows = [
+        (path, slot, tuple(a.shape), a.dtype)
+        for slot, arrays in slots.items()
+        for path, a in arrays
+    ]
+    headers = ["parameter", "slot", "shape", "dtype"]
+    if len(rows) <= FULL:
+        parts.append(html_table(headers, rows))
+    else:
+        grouped = [
+            (
+                slot,
+                len(arrays),
+                counted(tuple(a.shape) for _, a in arrays),
+                counted(np.dtype(a.dtype).name for _, a in arrays),
+                sum(int(a.nbytes) for _, a in arrays),
+            )
+            for slot, arrays in slots.items()
+        ]
+        parts.append(html_table(["slot", "arrays", "shape", "dtype", "bytes"], grouped, FULL))
+        per_parameter = html_table(headers, rows, limit=SHOWN)
+        parts.append(folded(f"{len(rows)} slot arrays, one row each", per_parameter))
     parts.append("</div>")
     return "".join(parts)
