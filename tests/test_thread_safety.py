@@ -145,7 +145,13 @@ def test_reads_from_other_threads_while_one_steps_see_one_whole_state() -> None:
 
     def step() -> None:
         try:
-            for _ in range(N):
+            for i in range(N):
+                if i == N // 2:
+                    # Half-way, until every reader has read once (or a minute has passed): on
+                    # a loaded machine the stepping thread could otherwise finish first.
+                    deadline = time.monotonic() + 60
+                    while not all(reads.values()) and time.monotonic() < deadline:
+                        time.sleep(1e-3)
                 opt.apply(grads, params)
         finally:
             done.set()
