@@ -1,10 +1,11 @@
 """Helpers shared by the tests."""
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -71,3 +72,27 @@ def roundoff_rtol(steps: int, roundings: int, reduced: int = 0, eps: float = EPS
     108
     """
     return steps * (roundings + reduced) * eps
+
+
+def run64(tx: Any, apply_updates: Callable[..., Any], params: Any, grads: Any) -> tuple:
+    """``tx`` over the steps of ``grads`` (a leading axis) in float64 (`jax.enable_x64`).
+
+    Returns NumPy trees (compare them outside x64: tests/TOLERANCES.md): the final
+    parameters, the final state, and per parameter leaf ``sum_t max|u_t|`` of the updates.
+    """
+    with jax.enable_x64(True):
+        params, grads = jax.tree.map(
+            lambda x: jnp.asarray(np.asarray(x, np.float64)), (params, grads)
+        )
+
+        @jax.jit
+        def go(params: Any, grads: Any) -> tuple:
+            def step(carry: tuple, g: Any) -> tuple:
+                p, s = carry
+                u, s = tx.update(g, s, p)
+                return (apply_updates(p, u), s), jax.tree.map(lambda x: jnp.max(jnp.abs(x)), u)
+
+            (p, s), sizes = jax.lax.scan(step, (params, tx.init(params)), grads)
+            return p, s, jax.tree.map(jnp.sum, sizes)
+
+        return jax.tree.map(np.asarray, go(params, grads))

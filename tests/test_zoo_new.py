@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import EPS32, assert_close
+from helpers import EPS32, assert_close, run64
 
 import optx
 from optx._src.algorithms.newton_schulz import NS_COEFFS_PRESETS, orthogonalize
@@ -139,28 +139,6 @@ def run_noisy_parabola(tx: Any, params: Any, noise: Any) -> tuple:
         return jax.lax.scan(step, (params, tx.init(params)), noise)[0]
 
     return jax.jit(run)(params, noise)
-
-
-def run64(tx: Any, apply_updates: Callable[..., Any], params: Any, grads: Any) -> tuple:
-    """`run_steps` in float64 (`jax.enable_x64`); NumPy trees out (compared outside x64:
-    tests/TOLERANCES.md), and per parameter leaf ``sum_t max|u_t|`` of the updates.
-    """
-    with jax.enable_x64(True):
-        params, grads = jax.tree.map(
-            lambda x: jnp.asarray(np.asarray(x, np.float64)), (params, grads)
-        )
-
-        @jax.jit
-        def go(params: Any, grads: Any) -> tuple:
-            def step(carry: tuple, g: Any) -> tuple:
-                p, s = carry
-                u, s = tx.update(g, s, p)
-                return (apply_updates(p, u), s), jax.tree.map(lambda x: jnp.max(jnp.abs(x)), u)
-
-            (p, s), sizes = jax.lax.scan(step, (params, tx.init(params)), grads)
-            return p, s, jax.tree.map(jnp.sum, sizes)
-
-        return jax.tree.map(np.asarray, go(params, grads))
 
 
 def f32(x: Any) -> Any:
