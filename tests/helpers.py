@@ -74,11 +74,18 @@ def roundoff_rtol(steps: int, roundings: int, reduced: int = 0, eps: float = EPS
     return steps * (roundings + reduced) * eps
 
 
-def run64(tx: Any, apply_updates: Callable[..., Any], params: Any, grads: Any) -> tuple:
+def run64(
+    tx: Any,
+    apply_updates: Callable[..., Any],
+    params: Any,
+    grads: Any,
+    trajectory: bool = False,
+) -> tuple:
     """``tx`` over the steps of ``grads`` (a leading axis) in float64 (`jax.enable_x64`).
 
     Returns NumPy trees (compare them outside x64: tests/TOLERANCES.md): the final
-    parameters, the final state, and per parameter leaf ``sum_t max|u_t|`` of the updates.
+    parameters (with ``trajectory``, those of every step, leading axis: step), the final
+    state, and per parameter leaf ``sum_t max|u_t|`` of the updates.
     """
     with jax.enable_x64(True):
         params, grads = jax.tree.map(
@@ -90,9 +97,12 @@ def run64(tx: Any, apply_updates: Callable[..., Any], params: Any, grads: Any) -
             def step(carry: tuple, g: Any) -> tuple:
                 p, s = carry
                 u, s = tx.update(g, s, p)
-                return (apply_updates(p, u), s), jax.tree.map(lambda x: jnp.max(jnp.abs(x)), u)
+                p = apply_updates(p, u)
+                size = jax.tree.map(lambda x: jnp.max(jnp.abs(x)), u)
+                return (p, s), ((p, size) if trajectory else size)
 
-            (p, s), sizes = jax.lax.scan(step, (params, tx.init(params)), grads)
-            return p, s, jax.tree.map(jnp.sum, sizes)
+            (p, s), out = jax.lax.scan(step, (params, tx.init(params)), grads)
+            path, sizes = out if trajectory else (p, out)
+            return path, s, jax.tree.map(jnp.sum, sizes)
 
         return jax.tree.map(np.asarray, go(params, grads))

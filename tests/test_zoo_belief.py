@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,26 +60,8 @@ K_ADAN = 1 + 49 + 11.5 + 99 / 2 + 3 + 3 + 3 + 2 + 1 + 1
 
 
 def run64(tx: Any, apply_updates: Callable[..., Any], params: Any, grads: Any) -> tuple:
-    """All steps of ``tx`` under one jitted `lax.scan` in float64 (`jax.enable_x64`); NumPy
-    trees out (compared outside x64, see tests/TOLERANCES.md): the parameters of every step
-    (leading axis), the final state, and per leaf ``sum_t max|u_t|`` of the updates.
-    """
-    with jax.enable_x64(True):
-        params, grads = jax.tree.map(
-            lambda x: jnp.asarray(np.asarray(x, np.float64)), (params, grads)
-        )
-
-        def go(params: Any, grads: Any) -> tuple:
-            def step(carry: tuple, g: Any) -> tuple:
-                p, s = carry
-                u, s = tx.update(g, s, p)
-                p = apply_updates(p, u)
-                return (p, s), (p, jax.tree.map(lambda x: jnp.max(jnp.abs(x)), u))
-
-            (_, s), (trajectory, sizes) = jax.lax.scan(step, (params, tx.init(params)), grads)
-            return trajectory, s, jax.tree.map(jnp.sum, sizes)
-
-        return jax.tree.map(np.asarray, jax.jit(go)(params, grads))
+    """`helpers.run64` with the parameters of every step (leading axis: step)."""
+    return helpers.run64(tx, apply_updates, params, grads, trajectory=True)
 
 
 def check_moments(name: str, ours: Any, theirs: Any, kinds: str, k: float, g_max: float):

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import EPS32
+from helpers import EPS32, run64
 from helpers import assert_close as _assert_close
 
 import optx
@@ -85,27 +85,6 @@ def run(tx: Any, apply_updates: Callable[..., Any], params: Any, grads: Any) -> 
         return jax.lax.scan(step, (params, tx.init(params)), grads)[0]
 
     return jax.jit(go)(params, grads)
-
-
-def run64(tx: Any, apply_updates: Callable[..., Any], params: Any, grads: Any) -> tuple:
-    """`run` in float64 (`jax.enable_x64`); NumPy trees out (compared outside x64, see
-    tests/TOLERANCES.md), and per parameter leaf ``sum_t max|u_t|`` of the updates.
-    """
-    with jax.enable_x64(True):
-        params, grads = jax.tree.map(
-            lambda x: jnp.asarray(np.asarray(x, np.float64)), (params, grads)
-        )
-
-        def go(params: Any, grads: Any) -> tuple:
-            def step(carry: tuple, g: Any) -> tuple:
-                p, s = carry
-                u, s = tx.update(g, s, p)
-                return (apply_updates(p, u), s), jax.tree.map(lambda x: jnp.max(jnp.abs(x)), u)
-
-            (p, s), sizes = jax.lax.scan(step, (params, tx.init(params)), grads)
-            return p, s, jax.tree.map(jnp.sum, sizes)
-
-        return jax.tree.map(np.asarray, jax.jit(go)(params, grads))
 
 
 # State entries both libraries keep, by attribute name, in tree order.

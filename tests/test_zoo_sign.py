@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -141,27 +142,8 @@ def kernel_mask(params: Any) -> Any:
 
 
 def run64(tx: Any, apply_updates: Callable[..., Any], params: Any, grads: Any) -> tuple:
-    """Jitted steps (one `lax.scan`) in float64 (`jax.enable_x64`). Returns NumPy trees
-    (compared outside x64: tests/TOLERANCES.md): the trajectory of the parameters (leading
-    axis: step), the final state, and per parameter leaf ``sum_t max|u_t|`` of the updates.
-    """
-    with jax.enable_x64(True):
-        params, grads = jax.tree.map(
-            lambda x: jnp.asarray(np.asarray(x, np.float64)), (params, grads)
-        )
-
-        @jax.jit
-        def go(params: Any, grads: Any) -> tuple:
-            def step(carry: tuple, g: Any) -> tuple:
-                p, s = carry
-                u, s = tx.update(g, s, p)
-                p = apply_updates(p, u)
-                return (p, s), (p, jax.tree.map(lambda x: jnp.max(jnp.abs(x)), u))
-
-            (_, s), (trajectory, sizes) = jax.lax.scan(step, (params, tx.init(params)), grads)
-            return trajectory, s, jax.tree.map(jnp.sum, sizes)
-
-        return jax.tree.map(np.asarray, go(params, grads))
+    """`helpers.run64` with the parameters of every step (leading axis: step)."""
+    return helpers.run64(tx, apply_updates, params, grads, trajectory=True)
 
 
 def run_numpy_case64(tx: Any, params: np.ndarray, grads: np.ndarray) -> tuple:
