@@ -834,7 +834,14 @@ def rosenbrock(p: jax.Array) -> jax.Array:
     return (1.0 - p[0]) ** 2 + 100.0 * (p[1] - p[0] ** 2) ** 2
 
 
-def minimise(tx: Any, f: Callable[[jax.Array], jax.Array], start: Any, steps: int, obj=False):
+def minimise(
+    tx: Any,
+    f: Callable[[jax.Array], jax.Array],
+    start: Any,
+    steps: int,
+    obj: bool = False,
+    dtype: Any = jnp.float32,
+):
     @jax.jit
     def go(p: jax.Array) -> tuple[jax.Array, Any]:
         def step(carry: tuple, _: None) -> tuple:
@@ -845,10 +852,19 @@ def minimise(tx: Any, f: Callable[[jax.Array], jax.Array], start: Any, steps: in
 
         return jax.lax.scan(step, (p, tx.init(p)), None, length=steps)[0]
 
-    return go(jnp.asarray(start, jnp.float32))
+    return go(jnp.asarray(start, dtype))
 
 
 PROBLEMS = {"parabola": (parabola, [1.0, -2.0]), "rosenbrock": (rosenbrock, [1.0, 1.0])}
+
+
+def cosine(peak: float, steps: int) -> Callable[[jax.Array], jax.Array]:
+    """A cosine decay from ``peak`` to 0 over ``steps``."""
+
+    def schedule(count: jax.Array) -> jax.Array:
+        return peak * 0.5 * (1 + jnp.cos(jnp.pi * jnp.minimum(count, steps) / steps))
+
+    return schedule
 
 
 def stall(k: np.ndarray, c: np.ndarray, eta: Any) -> float:
@@ -889,45 +905,66 @@ def adam_parabola(s: Any) -> float:
 
 
 # (optimizer, steps, tolerance on max |p - p*| from the final state), from (-1.5, 2.0).
-# Sophia and Lookahead's Adam stop where float32 stalls them (`stall`) or where the valley's
-# rate gets them (`sophia_rosenbrock`). Schedule-Free is evaluated at its average x
-# (`schedule_free_eval_params`), which weighs every iterate equally and so converges like
-# 1/t; Schedule-Free SGD, without any preconditioning, crawls along Rosenbrock's valley.
-# Their tolerances, and Lookahead's on Rosenbrock, are not derived: they have no rate that
-# bounds where they stop.
+# Sophia and Lookahead's Adam on the parabola stop where float32 stalls them (`stall`) or
+# where the valley's rate gets them (`sophia_rosenbrock`). Schedule-Free is evaluated at its
+# average x (`schedule_free_eval_params`), which weighs every iterate equally and so
+# converges like 1/t; Schedule-Free SGD, without any preconditioning, crawls along
+# Rosenbrock's valley; Lookahead's Adam on Rosenbrock lands with a cosine decay. These have
+# no rate that bounds where they stop, so their tolerances come from the run itself
+# (NO_RATE, tests/TOLERANCES.md "Convergence thresholds"): the same steps in float64 must end
+# within a quarter of the tolerance. A float32 run, on any CPU, is that run perturbed by
+# roundings, which would have to multiply its distance by 4 to fail.
 CONVERGENCE = {
     "schedule_free_adamw/parabola": (lambda: optx.schedule_free_adamw(0.05), 2000, lambda s: 1e-3),
     "schedule_free_adamw/rosenbrock": (
         lambda: optx.schedule_free_adamw(0.05),
         5000,
-        lambda s: 2e-2,
+        lambda s: 0.06,
     ),
     "schedule_free_sgd/parabola": (lambda: optx.schedule_free_sgd(0.1), 2000, lambda s: 1e-3),
-    "schedule_free_sgd/rosenbrock": (lambda: optx.schedule_free_sgd(2e-3), 20000, lambda s: 0.15),
+    "schedule_free_sgd/rosenbrock": (lambda: optx.schedule_free_sgd(2e-3), 20000, lambda s: 0.4),
     "sophia/parabola": (lambda: optx.sophia(0.01, weight_decay=0.0), 2000, sophia_parabola),
     "sophia/rosenbrock": (lambda: optx.sophia(0.01, weight_decay=0.0), 5000, sophia_rosenbrock),
     "lookahead/parabola": (lambda: optx.lookahead(optx.adam(0.02), 5, 0.5), 2000, adam_parabola),
     "lookahead/rosenbrock": (
-        lambda: optx.lookahead(optx.adam(0.02), 5, 0.5),
+        lambda: optx.lookahead(optx.adam(cosine(0.05, 5000)), 5, 0.5),
         5000,
         lambda s: 1e-3,
     ),
 }
+NO_RATE = {
+    "schedule_free_adamw/parabola",
+    "schedule_free_adamw/rosenbrock",
+    "schedule_free_sgd/parabola",
+    "schedule_free_sgd/rosenbrock",
+    "lookahead/rosenbrock",
+}
 
 
-@pytest.mark.parametrize("case", sorted(CONVERGENCE))
-def test_convergence(case: str) -> None:
-    make, steps, tolerance = CONVERGENCE[case]
+def end_distance(case: str, dtype: Any = jnp.float32) -> tuple[float, Any]:
+    """Max |p - p*| after `CONVERGENCE`'s run of ``case`` in ``dtype``, and the final state."""
+    make, steps, _ = CONVERGENCE[case]
     name, problem = case.split("/")
     f, minimum = PROBLEMS[problem]
-    p, s = minimise(make(), f, [-1.5, 2.0], steps, obj=name == "sophia")
+    p, s = minimise(make(), f, [-1.5, 2.0], steps, obj=name == "sophia", dtype=dtype)
     if name.startswith("schedule_free"):
         p = optx.schedule_free_eval_params(s, p)
     elif name == "lookahead":
         p = s.slow
-    err, tol = float(np.max(np.abs(np.asarray(p) - np.asarray(minimum)))), tolerance(s)
+    return float(np.max(np.abs(np.asarray(p, np.float64) - np.asarray(minimum)))), s
+
+
+@pytest.mark.parametrize("case", sorted(CONVERGENCE))
+def test_convergence(case: str) -> None:
+    err, s = end_distance(case)
+    tol = CONVERGENCE[case][2](s)
     print(f"{case}: |p - p*| = {err:.2g}, tolerance {tol:.2g}")
     assert err <= tol, (case, err)
+    if case in NO_RATE:
+        with jax.enable_x64(True):
+            err64, _ = end_distance(case, jnp.float64)
+        print(f"{case}: float64 |p - p*| = {err64:.2g}")
+        assert err64 <= tol / 4, (case, err64)
 
 
 # ---------------------------------------------------------------------------------------

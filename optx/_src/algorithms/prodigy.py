@@ -31,8 +31,9 @@ class ProdigyState(NamedTuple):
       exp_avg_sq: second moment of the scaled gradients.
       grad_sum: the weighted sum :math:`s` of past scaled gradients.
       params0: the parameters at ``init``.
-      estim_lr: the current estimate :math:`d` of the distance to the solution (float32).
-      numerator_weighted: the running numerator of the estimate (float32).
+      estim_lr: the current estimate :math:`d` of the distance to the solution (float32, or
+        float64 where a parameter is float64).
+      numerator_weighted: the running numerator of the estimate (same dtype).
       hyperparams: the dynamic hyperparameters.
     """
 
@@ -46,13 +47,14 @@ class ProdigyState(NamedTuple):
     hyperparams: dict[str, jax.Array]
 
 
-def _f32(x: jax.Array) -> jax.Array:
-    return jnp.asarray(x, jnp.float32)
+def _scalar_dtype(params: Params) -> Any:
+    """The estimate's dtype: float32, or wider where a parameter is (float64 under x64)."""
+    return jnp.result_type(jnp.float32, *(jnp.result_type(p) for p in jax.tree.leaves(params)))
 
 
-def _total(terms: Any) -> jax.Array:
-    """The float32 sum of scalar ``terms`` (zero for none)."""
-    return sum(terms, start=jnp.zeros([], jnp.float32))
+def _total(terms: Any, dtype: Any) -> jax.Array:
+    """The sum of scalar ``terms`` in ``dtype`` (zero for none)."""
+    return sum(terms, start=jnp.zeros([], dtype))
 
 
 @transform
@@ -84,14 +86,15 @@ class ScaleByProdigy(Transform):
     def init(self, params: Params) -> ProdigyState:
         checks.float_params(f"{self.name}.init", params)
         zeros = jax.tree.map(jnp.zeros_like, params)
+        dtype = _scalar_dtype(params)
         return ProdigyState(
             zero_count(),
             zeros,
             zeros,
             zeros,
             jax.tree.map(jnp.asarray, params),
-            jnp.asarray(self.initial("estim_lr0"), jnp.float32),
-            jnp.zeros([], jnp.float32),
+            jnp.asarray(self.initial("estim_lr0"), dtype),
+            jnp.zeros([], dtype),
             self.init_hyperparams(),
         )
 
@@ -106,22 +109,32 @@ class ScaleByProdigy(Transform):
         h = state.hyperparams
         s = adam_scalars(h, state.count)
         b1, c1, b2, c2 = s.b1, s.c1, s.b2, s.c2
-        b3 = jnp.sqrt(b2) if self.beta3 is None else hp.value(h, "beta3")
+        d = state.estim_lr
+        # sqrt(b2) in the estimate's dtype: float64 parameters get a float64 root.
+        b3 = jnp.sqrt(b2.astype(d.dtype)) if self.beta3 is None else hp.value(h, "beta3")
         eps, d0, wd = s.eps, h["estim_lr0"], h["weight_decay"]
         lr = h["learning_rate"]
-        d = state.estim_lr
         # Adam's bias corrections, folded into the step size as in Keras's Adam.
         bc = jnp.sqrt(s.bias_correction("b2")) / s.bias_correction("b1")
         dlr = d * lr * bc
-        # <g, x0 - x>: one reduction over every leaf (accumulated in float32).
+        # <g, x0 - x>: one reduction over every leaf, accumulated in the estimate's dtype
+        # (float32, or float64 for float64 parameters).
+        dtype = d.dtype
+
+        def wide(x: jax.Array) -> jax.Array:
+            return jnp.asarray(x, dtype)
+
         numerator = _total(
-            jnp.vdot(_f32(g), _f32(p0) - _f32(p))
-            for g, p, p0 in zip(
-                jax.tree.leaves(updates),
-                jax.tree.leaves(params),
-                jax.tree.leaves(state.params0),
-                strict=True,
-            )
+            (
+                jnp.vdot(wide(g), wide(p0) - wide(p))
+                for g, p, p0 in zip(
+                    jax.tree.leaves(updates),
+                    jax.tree.leaves(params),
+                    jax.tree.leaves(state.params0),
+                    strict=True,
+                )
+            ),
+            dtype,
         )
         weight = d if self.safeguard_warmup else dlr
 
@@ -135,7 +148,7 @@ class ScaleByProdigy(Transform):
         flat = jax.tree.map(moments, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum)
         exp_avg, exp_avg_sq, grad_sum = unzip(flat, updates, 3)
         weighted = b3 * state.numerator_weighted + (d / d0) * dlr * numerator
-        denominator = _total(jnp.sum(jnp.abs(_f32(s))) for s in jax.tree.leaves(grad_sum))
+        denominator = _total((jnp.sum(jnp.abs(wide(s))) for s in jax.tree.leaves(grad_sum)), dtype)
         # A zero denominator (all gradients zero so far) keeps the estimate: optax's 0/0
         # would make it NaN for good.
         safe = jnp.where(denominator > 0, denominator, 1.0)
@@ -184,7 +197,9 @@ def scale_by_prodigy(
     The learning rate takes part in the estimate, so unlike the other building blocks
     this one applies it itself: its updates are the parameter changes (descent
     direction, sign included), and nothing follows it in `prodigy`. The scalars
-    :math:`d_t` and :math:`r_t` are kept in float32 whatever the parameters' dtype.
+    :math:`d_t` and :math:`r_t`, and the two reductions behind them, are kept in float32
+    (float64 where a parameter is float64), so bfloat16 parameters still get a float32
+    estimate.
 
     Args:
       learning_rate: :math:`\eta \ge 0` or a schedule of the step count.
