@@ -1,6 +1,7 @@
 """Helpers shared by the tests."""
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -74,6 +75,28 @@ def roundoff_rtol(steps: int, roundings: int, reduced: int = 0, eps: float = EPS
     return steps * (roundings + reduced) * eps
 
 
+@functools.lru_cache(maxsize=32)
+def _runner64(tx: Any, apply_updates: Callable[..., Any], trajectory: bool) -> Callable:
+    """`run64`'s jitted scan, one per transform: runs of equal shapes compile once (a
+    transform hashes by its configuration).
+    """
+
+    @jax.jit
+    def go(params: Any, grads: Any) -> tuple:
+        def step(carry: tuple, g: Any) -> tuple:
+            p, s = carry
+            u, s = tx.update(g, s, p)
+            p = apply_updates(p, u)
+            size = jax.tree.map(lambda x: jnp.max(jnp.abs(x)), u)
+            return (p, s), ((p, size) if trajectory else size)
+
+        (p, s), out = jax.lax.scan(step, (params, tx.init(params)), grads)
+        path, sizes = out if trajectory else (p, out)
+        return path, s, jax.tree.map(jnp.sum, sizes)
+
+    return go
+
+
 def run64(
     tx: Any,
     apply_updates: Callable[..., Any],
@@ -91,18 +114,5 @@ def run64(
         params, grads = jax.tree.map(
             lambda x: jnp.asarray(np.asarray(x, np.float64)), (params, grads)
         )
-
-        @jax.jit
-        def go(params: Any, grads: Any) -> tuple:
-            def step(carry: tuple, g: Any) -> tuple:
-                p, s = carry
-                u, s = tx.update(g, s, p)
-                p = apply_updates(p, u)
-                size = jax.tree.map(lambda x: jnp.max(jnp.abs(x)), u)
-                return (p, s), ((p, size) if trajectory else size)
-
-            (p, s), out = jax.lax.scan(step, (params, tx.init(params)), grads)
-            path, sizes = out if trajectory else (p, out)
-            return path, s, jax.tree.map(jnp.sum, sizes)
-
+        go = _runner64(tx, apply_updates, trajectory)
         return jax.tree.map(np.asarray, go(params, grads))

@@ -310,13 +310,11 @@ def _has_nan(tree: Any) -> bool:
     )
 
 
-parametrize = pytest.mark.parametrize("key", KEYS)
+BATCHES = [KEYS[i : i + BATCH] for i in range(0, len(KEYS), BATCH)]
 
 
-@pytest.mark.slow
-@parametrize
-def test_nonfinite_steps_leave_every_bit(runs, key: str) -> None:
-    first = runs(key)["first"]
+def check_nonfinite_steps_leave_every_bit(run: dict[str, Any], key: str) -> None:
+    first = run["first"]
     (p2, s2), (p3, s3), (p4, s4) = first[2:5]
     before = _with_negative_zero(p2)
     for t, (p, s) in ((NAN_STEP, (p3, s3)), (INF_STEP, (p4, s4))):
@@ -328,19 +326,15 @@ def test_nonfinite_steps_leave_every_bit(runs, key: str) -> None:
     assert [bool(s.last_finite) for _, s in first] == [True] * 3 + [False] * 2 + [True]
 
 
-@pytest.mark.slow
-@parametrize
-def test_without_protection_the_nan_spreads(runs, key: str) -> None:
-    params, state = runs(key)["unprotected"]
+def check_without_protection_the_nan_spreads(run: dict[str, Any], key: str) -> None:
+    params, state = run["unprotected"]
     assert int(state.total_notfinite) == 3 and int(state.notfinite_count) == MAX_ERRORS + 1
     assert _has_nan((params, state.inner_state)) == (key not in DROPS_NAN)
 
 
-@pytest.mark.slow
-@parametrize
-def test_counters_saturate(runs, key: str) -> None:
+def check_counters_saturate(run: dict[str, Any], key: str) -> None:
     counters = 0
-    for step, (params, state) in enumerate(runs(key)["saturated"]):
+    for step, (params, state) in enumerate(run["saturated"]):
         for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
             name = _counter_name(path)
             if jnp.result_type(leaf) != jnp.int32:
@@ -358,18 +352,12 @@ def test_counters_saturate(runs, key: str) -> None:
     assert counters >= 2  # `apply_if_finite`'s total_notfinite, at least
 
 
-@pytest.mark.slow
-@parametrize
-def test_same_inputs_same_bits(runs, key: str) -> None:
-    run = runs(key)
+def check_same_inputs_same_bits(run: dict[str, Any], key: str) -> None:
     for t, (a, b) in enumerate(zip(run["first"], run["second"], strict=True)):
         assert_bit_identical(a, b, f"second run, step {t}")
 
 
-@pytest.mark.slow
-@parametrize
-def test_save_restore_continues_bit_identically(runs, key: str) -> None:
-    run = runs(key)
+def check_save_restore_continues_bit_identically(run: dict[str, Any], key: str) -> None:
     assert_bit_identical(run["restored"], run["saved"], "restored checkpoint")
     for t, (a, b) in enumerate(zip(run["resumed"], run["first"][SAVED_STEP + 1 :], strict=True), 3):
         assert_bit_identical(a, b, f"resumed run, step {t}")
@@ -432,10 +420,7 @@ def _prodigy_terms(key: str, history: list) -> list[float]:
     return sizes
 
 
-@pytest.mark.slow
-@parametrize
-def test_jit_and_eager(runs, key: str) -> None:
-    run = runs(key)
+def check_jit_and_eager(run: dict[str, Any], key: str) -> None:
     if key in JIT_EQUALS_EAGER:
         for t, (jitted, eager) in enumerate(zip(run["first"], run["eager"], strict=True)):
             assert_bit_identical(jitted, eager, f"eager step {t}")
@@ -462,6 +447,33 @@ def test_jit_and_eager(runs, key: str) -> None:
                 atol=JIT_EAGER_RTOL * scale,
                 err_msg=f"step {t}: {jax.tree_util.keystr(path)}",
             )
+
+
+CHECKS = (
+    check_nonfinite_steps_leave_every_bit,
+    check_without_protection_the_nan_spreads,
+    check_counters_saturate,
+    check_same_inputs_same_bits,
+    check_save_restore_continues_bit_identically,
+    check_jit_and_eager,
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", range(len(BATCHES)), ids=lambda i: f"{BATCHES[i][0]}...")
+def test_every_check_on_every_entry(runs, batch: int) -> None:
+    """Each ``check_*`` above on each entry of a batch: one test per batch, so that a
+    batch's runs are built once (tests on two pytest-xdist workers would build them twice).
+    Every failure is reported, by check and entry.
+    """
+    failures = []
+    for key in BATCHES[batch]:
+        for check in CHECKS:
+            try:
+                check(runs(key), key)
+            except AssertionError as error:
+                failures.append(f"{check.__name__}[{key}]: {error}")
+    assert not failures, "\n\n".join(failures)
 
 
 FMA_CHECK = """

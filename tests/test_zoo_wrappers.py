@@ -10,6 +10,7 @@ convergence tolerances say where theirs come from (tests/TOLERANCES.md).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -105,6 +106,27 @@ def np_tree(tree: Any) -> list[np.ndarray]:
     return [np.asarray(x, np.float64) for x in jax.tree.leaves(tree)]
 
 
+@functools.lru_cache(maxsize=32)
+def _scan64(tx: Any, apply: Callable[..., Any], probe: Callable[..., Any] | None) -> Callable:
+    """`run64`'s jitted scan, one per transform: runs of equal shapes (Lookahead's chunks)
+    compile once.
+    """
+
+    @jax.jit
+    def scan(params: Any, grads: Any) -> tuple:
+        def step(carry: tuple, g: Any) -> tuple:
+            p, s = carry
+            u, new = tx.update(g, s, p)
+            seen = None if probe is None else probe(p, s, new)
+            sizes = jax.tree.map(lambda x: jnp.max(jnp.abs(x)), u)
+            return (apply(p, u), new), (sizes, seen)
+
+        (p, s), (sizes, seen) = jax.lax.scan(step, (params, tx.init(params)), grads)
+        return p, s, sizes, seen
+
+    return scan
+
+
 def run64(
     tx: Any,
     params: Any,
@@ -120,20 +142,7 @@ def run64(
         params, grads = jax.tree.map(
             lambda x: jnp.asarray(np.asarray(x, np.float64)), (params, grads)
         )
-
-        @jax.jit
-        def scan(params: Any, grads: Any) -> tuple:
-            def step(carry: tuple, g: Any) -> tuple:
-                p, s = carry
-                u, new = tx.update(g, s, p)
-                seen = None if probe is None else probe(p, s, new)
-                sizes = jax.tree.map(lambda x: jnp.max(jnp.abs(x)), u)
-                return (apply(p, u), new), (sizes, seen)
-
-            (p, s), (sizes, seen) = jax.lax.scan(step, (params, tx.init(params)), grads)
-            return p, s, sizes, seen
-
-        return jax.tree.map(np.asarray, scan(params, grads))
+        return jax.tree.map(np.asarray, _scan64(tx, apply, probe)(params, grads))
 
 
 def assert_within(name: str, actual: Any, expected: Any, atols: Any, rtol: float = 0.0) -> None:
