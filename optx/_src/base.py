@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from optx._src import checks, display, sparse
+from optx._src import checks, display, placement, sparse
 from optx._src import hyperparams as hp
 from optx._src.tree import is_none, path_name
 
@@ -604,6 +604,10 @@ def apply_updates(params: Params, updates: Updates) -> Params:
       params: the current parameters.
       updates: updates with the structure of ``params``, as returned by ``update``.
 
+    On several devices each update is first brought to its parameter's sharding (under
+    ``jit``: the all-gather a replicated parameter needs from sharded ZeRO-1 moments, see
+    `shard_state`), so the parameters keep their shardings step after step.
+
     Returns:
       ``params + updates``, each leaf cast back to its parameter's dtype.
 
@@ -657,6 +661,9 @@ def apply_updates(params: Params, updates: Updates) -> Params:
                 f"updates[{path_name(path)!r}] of dtype {u_dtype.name} for a parameter of "
                 f"dtype {p.dtype.name}; the cast back would {lost}."
             )
+        # On the parameter's sharding: with ZeRO-1 state the update comes out of sharded
+        # moments, and a replicated parameter must stay replicated.
+        u = placement.like_param(u, p)
         return jnp.asarray(p + u).astype(p.dtype)
 
     return jax.tree_util.tree_map_with_path(add, params, updates, is_leaf=is_none)
@@ -749,7 +756,7 @@ class SetToZero(Transform):
         del params, extra
         checks.array_leaves(f"{self.name}.update", updates)
         return jax.tree.map(
-            lambda u: None if u is None else jnp.zeros_like(u), updates, is_leaf=is_none
+            lambda u: None if u is None else placement.zeros_like(u), updates, is_leaf=is_none
         ), state
 
 

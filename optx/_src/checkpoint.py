@@ -37,6 +37,7 @@ import re
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from optx._src import checkpoint_match as match
@@ -101,7 +102,10 @@ def restore_state(directory: str | os.PathLike[str], target: OptState) -> OptSta
     leaves may carry shardings (`jax.ShapeDtypeStruct` with ``sharding=``, e.g. from
     `optx.state_shardings`). Each leaf is read onto the target's sharding, each process
     reading only its own shards, so a state saved on 8 devices restores onto a 2x4 mesh,
-    4 devices or 1. A leaf without a sharding is restored onto the first local device.
+    4 devices or 1. A leaf without a placement of its own (an uncommitted array made by
+    ``jnp`` or ``tx.init``, a NumPy array, a shape without a sharding) is restored onto the
+    default device uncommitted, as ``jnp`` makes arrays: a step jitted before the restore
+    runs on it without compiling again.
 
     The saved tree is compared with ``target`` before anything is read: the same leaf
     paths (NamedTuple fields, dict keys, tuple positions; empty nodes such as `MaskedNode`
@@ -254,7 +258,7 @@ def _restore(api: str, directory: str | os.PathLike[str], target: PyTree) -> PyT
     flat, treedef = jax.tree_util.tree_flatten_with_path(target)
     if empty:
         return jax.tree.unflatten(treedef, [])
-    abstract, widths = [], {}
+    abstract, widths, loose = [], {}, set()
     for i, (p, leaf) in enumerate(flat):
         saved_dtype = saved[path_name(p)][1]
         if match.is_scalar(leaf):
@@ -264,6 +268,11 @@ def _restore(api: str, directory: str | os.PathLike[str], target: PyTree) -> PyT
             # would wrap an int64 into int32 silently (2**40 -> 0).
             abstract.append(np.empty(np.shape(leaf), saved_dtype))
             widths[i] = path_name(p)
+        elif match.uncommitted(leaf):
+            # Read to the host, then onto the default device uncommitted, as the target is:
+            # a committed copy would make a jitted step compile once more after a restore.
+            abstract.append(np.empty(np.shape(leaf), match.held(leaf)))
+            loose.add(i)
         else:
             abstract.append(match.abstract(leaf))
     ocp = publish.orbax(api)
@@ -272,10 +281,16 @@ def _restore(api: str, directory: str | os.PathLike[str], target: PyTree) -> PyT
             publish.as_path(directory), jax.tree.unflatten(treedef, abstract)
         )
     leaves = jax.tree.leaves(restored)
+    for i in loose:
+        leaves[i] = jnp.asarray(leaves[i])
     for i, name in widths.items():
         leaf = flat[i][1]
         value = match.fit(api, name, np.asarray(leaves[i]), match.held(leaf))
-        leaves[i] = jax.device_put(value, match.abstract(leaf).sharding)
+        leaves[i] = (
+            jnp.asarray(value)
+            if match.uncommitted(leaf)
+            else jax.device_put(value, match.abstract(leaf).sharding)
+        )
     return jax.tree.unflatten(treedef, leaves)
 
 

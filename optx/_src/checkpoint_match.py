@@ -30,6 +30,21 @@ def abstract(leaf: Any) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(np.shape(leaf), dtype_of(leaf), sharding=sharding)
 
 
+def uncommitted(leaf: Any) -> bool:
+    """Whether target's ``leaf`` has no placement of its own.
+
+    An uncommitted array (made by ``jnp`` on the default device), a NumPy array, or a shape
+    without a sharding.
+    """
+    if isinstance(leaf, jax.core.Tracer):
+        return True
+    if isinstance(leaf, jax.Array):
+        return not leaf.committed
+    if isinstance(leaf, jax.ShapeDtypeStruct):
+        return getattr(leaf, "sharding", None) is None
+    return isinstance(leaf, np.ndarray | np.generic)
+
+
 def dtype_of(leaf: Any) -> np.dtype:
     """The dtype of target's ``leaf`` (an array, a NumPy or a Python scalar)."""
     if is_scalar(leaf):  # the dtype JAX gives it, without converting (2**40 overflows int32)

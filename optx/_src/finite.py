@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from optx._src import checks
+from optx._src import checks, placement
 from optx._src import tree as tree_lib
 from optx._src.base import (
     GradientTransformationLike,
@@ -122,7 +122,7 @@ def no_change(updates: Updates) -> Updates:
 
     ``p + (-0.0)`` is ``p`` for every ``p``; ``p + 0.0`` would turn a ``-0.0`` into ``0.0``.
     """
-    return jax.tree.map(lambda u: jnp.full_like(u, -0.0), updates)
+    return jax.tree.map(lambda u: placement.full_like(u, -0.0), updates)
 
 
 class ZeroNansState(NamedTuple):
@@ -147,7 +147,9 @@ class ZeroNans(Transform):
         del params, extra
         checks.array_leaves(f"{self.name}.update", updates)
         found = jax.tree.map(lambda u: jnp.any(jnp.isnan(u)), updates)
-        updates = jax.tree.map(lambda u: jnp.where(jnp.isnan(u), jnp.zeros_like(u), u), updates)
+        updates = jax.tree.map(
+            lambda u: jnp.where(jnp.isnan(u), placement.zeros_like(u), u), updates
+        )
         return updates, ZeroNansState(found)
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from optx._src import checks
+from optx._src import checks, placement
 from optx._src import tree as tree_lib
 from optx._src.base import (
     GradientTransformationLike,
@@ -115,7 +114,7 @@ def _flatten_with_path(tree: Any) -> list[tuple[Any, Any]]:
 def _zeros_like(x: Any) -> jax.Array:
     # A Flax `nnx.Variable` holds its array at `.value`.
     x = x if hasattr(x, "dtype") else getattr(x, "value", x)
-    return jnp.zeros(np.shape(x), jnp.result_type(x))
+    return placement.zeros_like(x)
 
 
 def _flatten_up_to(treedef: Any, params: Params) -> list[Any]:

@@ -16,12 +16,16 @@ import jax
 import jax.numpy as jnp
 
 from optx._src import hyperparams as hp
+from optx._src import placement
 from optx._src.base import Params, safe_increment
 
 
 def zeros_like(params: Params, dtype: Any) -> Params:
-    """Zero slots shaped like ``params`` (in ``dtype``, else each parameter's dtype)."""
-    return jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), dtype or jnp.result_type(p)), params)
+    """Zero slots shaped like ``params`` (``dtype``, else each parameter's), placed like them.
+
+    Each slot is on its parameter's sharding, also under ``jit`` (`placement.zeros_like`).
+    """
+    return jax.tree.map(lambda p: placement.zeros_like(p, dtype), params)
 
 
 def unzip(tuples: Any, like: Any, n: int, is_leaf: Any = None) -> tuple[Any, ...]:

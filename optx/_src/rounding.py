@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
-from optx._src import checks
+from optx._src import checks, placement
 from optx._src.base import Params, Transform, Updates, transform
 from optx._src.keys import KeySpec, initial_key_data, key_spec, wrap_key
 from optx._src.sparse import is_update_leaf
@@ -91,7 +91,7 @@ class KahanSummation(Transform):
     def _residual(self, p: Any) -> jax.Array | None:
         if not is_low_precision(p):
             return None
-        return jnp.zeros(jnp.shape(p), self.residual_dtype or p.dtype)
+        return placement.zeros_like(p, self.residual_dtype)
 
     def init(self, params: Params) -> KahanSummationState:
         checks.float_params(f"{self.name}.init", params)

@@ -20,9 +20,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
+from jax.sharding import AxisType, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
 from optx._src.base import GradientTransformationLike, Params
+from optx._src.flat_tree import FlatTree
 from optx._src.tree import _is_placeholder, params_shaped_subtrees, path_name
 
 PyTree = Any
@@ -261,6 +262,16 @@ def _shardings(
         treedef, [jax.ShapeDtypeStruct(np.shape(x), jnp.result_type(x)) for _, x in flat]
     )
     state = jax.eval_shape(tx.init, abstract)
+    if _has_flat(state) and any(
+        isinstance(s, NamedSharding) and not s.is_fully_replicated for s in shardings
+    ):
+        # `flatten` keeps a sharded parameter's slots in a buffer of their own, which it can
+        # only see from a typed sharding: trace ``init`` again with the parameters typed.
+        typed = [
+            jax.ShapeDtypeStruct(np.shape(x), jnp.result_type(x), sharding=_typed(s))
+            for (_, x), s in zip(flat, shardings, strict=True)
+        ]
+        state = jax.eval_shape(tx.init, jax.tree.unflatten(treedef, typed))
 
     # Subtrees with the parameters' structure (shapes aside); leaf by leaf below.
     found: dict[tuple[Any, ...], Sharding] = {}
@@ -277,7 +288,38 @@ def _shardings(
             if zero is not None and tuple(leaf.shape) == shapes[i]:
                 got = _zero(api, path_name(path), tuple(leaf.shape), got, zero)
             found[path] = got
+    # Buffers of `FlatTree` slots (`flatten`): a buffer of its own holds one parameter's
+    # slot; a concatenated one holds replicated parameters.
+    is_flat = lambda x: isinstance(x, FlatTree)  # noqa: E731
+    for node_path, node in jax.tree_util.tree_flatten_with_path(state, is_leaf=is_flat)[0]:
+        if not isinstance(node, FlatTree):
+            continue
+        for g, group in enumerate(node.layout.groups):
+            if group.concatenated:
+                continue
+            owners = [i for i, slot in enumerate(node.layout.slots) if slot.group == g]
+            if len(owners) != 1 or tuple(group.shape) != shapes[owners[0]]:
+                continue
+            path = (*node_path, jax.tree_util.DictKey(group.name))
+            got = shardings[owners[0]]
+            if zero is not None:
+                got = _zero(api, path_name(path), tuple(group.shape), got, zero)
+            found[path] = got
     return jax.tree_util.tree_map_with_path(lambda p, _: found.get(tuple(p), home), state)
+
+
+def _has_flat(state: PyTree) -> bool:
+    leaves = jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, FlatTree))
+    return any(isinstance(x, FlatTree) for x in leaves)
+
+
+def _typed(s: Sharding) -> Sharding | None:
+    """``s`` on its mesh with every axis ``Explicit``, so that a trace sees it in the types."""
+    if not isinstance(s, NamedSharding):
+        return None
+    mesh = s.mesh.abstract_mesh
+    explicit = {name: AxisType.Explicit for name in mesh.axis_names}
+    return NamedSharding(mesh.update_axis_types(explicit), s.spec)
 
 
 def _leaf_sharding(

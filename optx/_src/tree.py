@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
+from optx._src import placement
+
 PyTree = Any
 
 
@@ -180,12 +182,15 @@ def norm(tree: PyTree, ord: int | float | str | None = 2, squared: bool = False)
 def zeros_like(tree: PyTree, dtype: DTypeLike | None = None) -> PyTree:
     """Zeros with the shapes of ``tree`` (and its dtypes, unless ``dtype`` is given).
 
+    Each leaf is placed like its array: on its sharding outside ``jit``, and under ``jit``
+    on several devices derived from it, so that XLA gives it the array's sharding.
+
     Example:
       >>> import jax.numpy as jnp, optx
       >>> optx.tree.zeros_like({"a": jnp.ones(2)})
       {'a': Array([0., 0.], dtype=float32)}
     """
-    return jax.tree.map(lambda x: jnp.zeros_like(x, dtype=dtype), tree)
+    return jax.tree.map(lambda x: placement.zeros_like(x, dtype), tree)
 
 
 def ones_like(tree: PyTree, dtype: DTypeLike | None = None) -> PyTree:
@@ -196,7 +201,7 @@ def ones_like(tree: PyTree, dtype: DTypeLike | None = None) -> PyTree:
       >>> optx.tree.ones_like({"a": jnp.zeros(2)})
       {'a': Array([1., 1.], dtype=float32)}
     """
-    return jax.tree.map(lambda x: jnp.ones_like(x, dtype=dtype), tree)
+    return jax.tree.map(lambda x: placement.full_like(x, 1, dtype), tree)
 
 
 def full_like(tree: PyTree, fill_value: ArrayLike, dtype: DTypeLike | None = None) -> PyTree:
@@ -207,7 +212,7 @@ def full_like(tree: PyTree, fill_value: ArrayLike, dtype: DTypeLike | None = Non
       >>> optx.tree.full_like({"a": jnp.zeros(2)}, 0.5)
       {'a': Array([0.5, 0.5], dtype=float32)}
     """
-    return jax.tree.map(lambda x: jnp.full_like(x, fill_value, dtype=dtype), tree)
+    return jax.tree.map(lambda x: placement.full_like(x, fill_value, dtype), tree)
 
 
 def cast(tree: PyTree, dtype: DTypeLike | None) -> PyTree:

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from optx._src import checks
+from optx._src import checks, placement
 from optx._src import hyperparams as hp
 from optx._src.base import (
     Params,
@@ -142,7 +142,20 @@ class ScaleByFactoredRMS(Transform):
 
         def leaf(p: jax.Array) -> tuple[jax.Array, ...]:
             shape, dtype = jnp.shape(p), self.nu_dtype or jnp.result_type(p)
-            return tuple(jnp.zeros(s, dtype) for s in _slot_shapes(self._dims(shape), shape))
+            dims = self._dims(shape)
+            if dims is None:
+                return (
+                    jnp.zeros((1,), dtype),
+                    jnp.zeros((1,), dtype),
+                    placement.zeros_like(p, dtype),
+                )
+            # v_row drops axis d0 and v_col axis d1; each keeps the others' sharding.
+            d1, d0 = dims
+            return (
+                placement.zeros_without_axes(p, (d0,), dtype),
+                placement.zeros_without_axes(p, (d1,), dtype),
+                jnp.zeros((1,), dtype),
+            )
 
         row, col, v = unzip(jax.tree.map(leaf, params), params, 3)
         return FactoredState(zero_count(), row, col, v, self.init_hyperparams())

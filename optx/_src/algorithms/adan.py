@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from optx._src import checks
+from optx._src import checks, placement
 from optx._src import hyperparams as hp
 from optx._src.base import (
     Params,
@@ -48,7 +48,7 @@ class ScaleByAdan(Transform):
 
     def init(self, params: Params) -> ScaleByAdanState:
         checks.float_params(f"{self.name}.init", params)
-        zeros = jax.tree.map(jnp.zeros_like, params)
+        zeros = jax.tree.map(placement.zeros_like, params)
         return ScaleByAdanState(zero_count(), zeros, zeros, zeros, zeros, self.init_hyperparams())
 
     def update(
@@ -63,7 +63,7 @@ class ScaleByAdan(Transform):
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array, n: jax.Array, prev: jax.Array) -> Any:
             # No previous gradient on the first step: the difference is zero, not g.
-            diff = jnp.where(first, jnp.zeros_like(g), g - prev)
+            diff = jnp.where(first, placement.zeros_like(g), g - prev)
             new_m = s.c1 * g + s.b1 * m
             new_v = s.c2 * diff + s.b2 * v
             new_n = c3 * jnp.square(g + s.c2 * diff) + b3 * n

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from optx._src import checks
+from optx._src import checks, placement
 from optx._src import hyperparams as hp
 from optx._src.base import (
     Params,
@@ -48,7 +48,7 @@ class ScaleByBelief(Transform):
 
     def init(self, params: Params) -> ScaleByBeliefState:
         checks.float_params(f"{self.name}.init", params)
-        zeros = jax.tree.map(jnp.zeros_like, params)
+        zeros = jax.tree.map(placement.zeros_like, params)
         return ScaleByBeliefState(zero_count(), zeros, zeros, self.init_hyperparams())
 
     def update(
@@ -202,7 +202,7 @@ class ScaleByYogi(Transform):
     def init(self, params: Params) -> ScaleByYogiState:
         checks.float_params(f"{self.name}.init", params)
         full = jax.tree.map(
-            lambda p: jnp.full(jnp.shape(p), self.initial("initial_accumulator_value"), p.dtype),
+            lambda p: placement.full_like(p, self.initial("initial_accumulator_value")),
             params,
         )
         return ScaleByYogiState(zero_count(), full, full, self.init_hyperparams())

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from optx._src import checks
+from optx._src import checks, placement
 from optx._src import hyperparams as hp
 from optx._src.base import (
     Params,
@@ -61,7 +61,7 @@ class ScaleByFtrl(Transform):
         checks.float_params(f"{self.name}.init", params)
 
         def slot(p: Any, fill: float) -> jax.Array:
-            return jnp.full(jnp.shape(p), fill, self.accumulator_dtype or jnp.result_type(p))
+            return placement.full_like(p, fill, self.accumulator_dtype)
 
         return ScaleByFtrlState(
             zero_count(),

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from optx._src import checks
+from optx._src import checks, placement
 from optx._src import hyperparams as hp
 from optx._src.algorithms.adam import scale_by_adam
 from optx._src.base import (
@@ -37,7 +37,7 @@ def _norm(x: jax.Array, floor: jax.Array) -> jax.Array:
     """``max(||x||, floor)``, its gradient finite where ``||x|| <= floor`` (even at 0)."""
     norm = jnp.sqrt(jnp.sum(jnp.square(x)))
     small = norm <= floor
-    safe = jnp.sqrt(jnp.sum(jnp.square(jnp.where(small, jnp.ones_like(x), x))))
+    safe = jnp.sqrt(jnp.sum(jnp.square(jnp.where(small, placement.full_like(x, 1), x))))
     return jnp.where(small, floor, safe)
 
 

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from optx._src import hyperparams as hp
+from optx._src import placement
 from optx._src.tree import path_name
 
 NS_COEFFS_PRESETS: dict[str, Any] = {
@@ -122,6 +123,9 @@ def orthogonalize(
 
     ``coeffs`` is one triple (used ``ns_steps`` times) or one triple per step.
     """
+    # Whole on every device where the mesh types it sharded (`Explicit` axes): matrix
+    # products over a sharded dimension need an output sharding, an SVD an unsharded input.
+    x = placement.gathered(x)
     wide = x.shape[0] <= x.shape[1]
     x = x if wide else x.T  # iterate on X X^T of the smaller side
     if preconditioning == "frobenius":

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from optx._src import checks
+from optx._src import checks, placement
 from optx._src import hyperparams as hp
 from optx._src.base import (
     Params,
@@ -85,7 +85,7 @@ class ScaleByProdigy(Transform):
 
     def init(self, params: Params) -> ProdigyState:
         checks.float_params(f"{self.name}.init", params)
-        zeros = jax.tree.map(jnp.zeros_like, params)
+        zeros = jax.tree.map(placement.zeros_like, params)
         dtype = _scalar_dtype(params)
         return ProdigyState(
             zero_count(),
@@ -126,7 +126,7 @@ class ScaleByProdigy(Transform):
 
         numerator = _total(
             (
-                jnp.vdot(wide(g), wide(p0) - wide(p))
+                placement.vdot(wide(g), wide(p0) - wide(p))
                 for g, p, p0 in zip(
                     jax.tree.leaves(updates),
                     jax.tree.leaves(params),

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from optx._src import checks
+from optx._src import checks, placement
 from optx._src import hyperparams as hp
 from optx._src.base import (
     Params,
@@ -29,9 +29,7 @@ from optx._src.scaling import scale_by_learning_rate
 
 def full_like(params: Params, value: float, dtype: Any) -> Params:
     """Slots shaped like ``params`` filled with ``value`` (in ``dtype``, else the params')."""
-    return jax.tree.map(
-        lambda p: jnp.full(jnp.shape(p), value, dtype or jnp.result_type(p)), params
-    )
+    return jax.tree.map(lambda p: placement.full_like(p, value, dtype), params)
 
 
 def normalise(g: jax.Array, square: jax.Array, eps: jax.Array, eps_in_sqrt: bool) -> jax.Array:

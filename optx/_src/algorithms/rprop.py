@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from optx._src import checks
+from optx._src import checks, placement
 from optx._src import hyperparams as hp
 from optx._src.base import Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.combine import Chain, chain
@@ -50,10 +50,8 @@ class ScaleByRprop(Transform):
     def init(self, params: Params) -> ScaleByRpropState:
         checks.float_params(f"{self.name}.init", params)
         return ScaleByRpropState(
-            jax.tree.map(
-                lambda p: jnp.full(jnp.shape(p), self.initial("learning_rate"), p.dtype), params
-            ),
-            jax.tree.map(jnp.zeros_like, params),
+            jax.tree.map(lambda p: placement.full_like(p, self.initial("learning_rate")), params),
+            jax.tree.map(placement.zeros_like, params),
             self.init_hyperparams(),
         )
 

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from optx._src import checks
+from optx._src import checks, placement
 from optx._src import hyperparams as hp
 from optx._src.base import Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.combine import Chain, chain
@@ -31,11 +31,15 @@ class ScaleBySM3State(NamedTuple):
 
 def _cover(p: Any) -> list[jax.Array]:
     """Zero accumulators of the row/column cover of ``p``: one vector per axis."""
-    shape, dtype = jnp.shape(p), jnp.result_type(p)
-    if len(shape) < 2:
+    ndim = jnp.ndim(p)
+    if ndim < 2:
         # A vector's (or scalar's) cover is its elements: one accumulator each.
-        return [jnp.zeros(shape, dtype)]
-    return [jnp.zeros((n,), dtype) for n in shape]
+        return [placement.zeros_like(p)]
+    # Each on the sharding of the axis it covers.
+    return [
+        placement.zeros_without_axes(p, tuple(j for j in range(ndim) if j != i))
+        for i in range(ndim)
+    ]
 
 
 def _broadcastable(v: jax.Array, axis: int, ndim: int) -> jax.Array:
