@@ -604,9 +604,10 @@ def apply_updates(params: Params, updates: Updates) -> Params:
       params: the current parameters.
       updates: updates with the structure of ``params``, as returned by ``update``.
 
-    On several devices each update is first brought to its parameter's sharding (under
-    ``jit``: the all-gather a replicated parameter needs from sharded ZeRO-1 moments, see
-    `shard_state`), so the parameters keep their shardings step after step.
+    On several devices each new parameter is brought back to its parameter's sharding
+    (under ``jit``: the all-gather a replicated parameter needs after an update from sharded
+    ZeRO-1 moments, see `shard_state`), so the parameters keep their shardings step after
+    step.
 
     Returns:
       ``params + updates``, each leaf cast back to its parameter's dtype.
@@ -661,10 +662,11 @@ def apply_updates(params: Params, updates: Updates) -> Params:
                 f"updates[{path_name(path)!r}] of dtype {u_dtype.name} for a parameter of "
                 f"dtype {p.dtype.name}; the cast back would {lost}."
             )
-        # On the parameter's sharding: with ZeRO-1 state the update comes out of sharded
-        # moments, and a replicated parameter must stay replicated.
-        u = placement.like_param(u, p)
-        return jnp.asarray(p + u).astype(p.dtype)
+        # Back on the parameter's sharding: with ZeRO-1 state the update comes out of
+        # sharded moments, and a replicated parameter must stay replicated. The sum is
+        # taken where the update is (sharded), then gathered: one all-gather of the new
+        # parameters, no replicated pass over them.
+        return placement.like_param(jnp.asarray(p + u).astype(p.dtype), p)
 
     return jax.tree_util.tree_map_with_path(add, params, updates, is_leaf=is_none)
 

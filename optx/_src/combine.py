@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 import jax
 
-from optx._src import checks, placement, sparse
+from optx._src import checks, sparse
 from optx._src.base import (
     GradientTransformationLike,
     OptState,
@@ -88,8 +88,7 @@ class Chain(Transform):
         for tx, accepts, s in zip(self.transforms, self._accepts, state, strict=True):
             updates, s = call_update(tx, accepts, updates, s, params, extra)
             new_state.append(s)
-        # On the parameters' shardings, for callers that add them with optax.apply_updates.
-        return placement.like_params(updates, params), tuple(new_state)
+        return updates, tuple(new_state)
 
     def __repr__(self) -> str:
         return f"chain({', '.join(map(repr, self.transforms))})"

@@ -7,11 +7,11 @@ parameter: typed with the parameter's sharding under ``Explicit`` axes, derived 
 parameter under ``Auto`` axes (so that sharding propagation gives it the parameter's
 layout), placed with a concrete array's sharding outside ``jit``.
 
-`like_params` brings an update back to its parameter's sharding: with ZeRO-1 state
-(`shard_state`) the updates come out of sharded moments, and without it a replicated
+`like_param` brings a new parameter back to its parameter's sharding (`apply_updates`):
+with ZeRO-1 state (`shard_state`) the updates come out of sharded moments, and a replicated
 parameter plus a sharded update would come back sharded (``Auto``) or be refused
-(``Explicit``). It costs nothing on one device, and under ``jit`` at most the all-gather
-that the parameter's layout needs.
+(``Explicit``). It costs nothing on one device, and under ``jit`` the one all-gather that
+the parameter's layout needs.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def gathered(x: jax.Array) -> jax.Array:
 
 
 def like_param(u: Any, p: Any) -> Any:
-    """The update ``u`` on its parameter ``p``'s sharding (``u`` itself on one device)."""
+    """``u`` (an update or a new parameter) on the sharding of ``p``; ``u`` on one device."""
     if jax.device_count() == 1 or not isinstance(u, jax.Array) or not isinstance(p, jax.Array):
         return u
     if jnp.shape(u) != jnp.shape(p):
@@ -163,13 +163,3 @@ def like_param(u: Any, p: Any) -> Any:
     if not u.sharding.is_equivalent_to(p.sharding, p.ndim):
         return jax.device_put(u, p.sharding)
     return u
-
-
-def like_params(updates: Any, params: Any) -> Any:
-    """`like_param` over a tree (leaves of ``updates`` that are not arrays are kept)."""
-    if jax.device_count() == 1 or params is None:
-        return updates
-    try:
-        return jax.tree.map(like_param, updates, params, is_leaf=lambda x: x is None)
-    except ValueError:  # another structure: the caller's checks say so
-        return updates
