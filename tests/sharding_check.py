@@ -46,6 +46,17 @@ def same(a: Any, b: Any, ndim: int) -> bool:
     return a.is_equivalent_to(b, ndim)
 
 
+def narrow(
+    entries: list[Any], what: str, error: Exception, mesh: Any, failures: list[str], label: str
+) -> None:
+    """Reports the error of a single entry, or runs each entry of a failed batch alone."""
+    if len(entries) == 1:
+        failures.append(f"{label} {entries[0].key}: {what} raised {type(error).__name__}: {error}")
+        return
+    for e in entries:
+        check_batch([e], mesh, failures, label)
+
+
 def check_batch(entries: list[Any], mesh: Any, failures: list[str], label: str) -> None:
     """One jitted ``init`` and one donated jitted step for all of ``entries`` (a compile
     each, not one per entry); an entry that raises is found by running it alone.
@@ -74,15 +85,8 @@ def check_batch(entries: list[Any], mesh: Any, failures: list[str], label: str) 
         states = [
             tx.init(params) if skip else s for tx, skip, s in zip(txs, eager, states, strict=True)
         ]
-    except Exception:
-        if len(entries) == 1:
-            error = sys.exc_info()[1]
-            failures.append(
-                f"{label} {entries[0].key}: init raised {type(error).__name__}: {error}"
-            )
-            return
-        for e in entries:
-            check_batch([e], mesh, failures, label)
+    except Exception as error:
+        narrow(entries, "init", error, mesh, failures, label)
         return
     for e, tx, state in zip(entries, txs, states, strict=True):
         expected = optx.state_shardings(tx, params)
@@ -102,15 +106,8 @@ def check_batch(entries: list[Any], mesh: Any, failures: list[str], label: str) 
     try:
         new_params, new_states = step(params, states, grads)
         new_params, new_states = step(params, new_states, grads)
-    except Exception:
-        if len(entries) == 1:
-            error = sys.exc_info()[1]
-            failures.append(
-                f"{label} {entries[0].key}: step raised {type(error).__name__}: {error}"
-            )
-            return
-        for e in entries:
-            check_batch([e], mesh, failures, label)
+    except Exception as error:
+        narrow(entries, "step", error, mesh, failures, label)
         return
     before = jax.tree.leaves(jax.tree.map(lambda x: x.sharding, params))
     for e, p, s, shardings in zip(entries, new_params, new_states, state_before, strict=True):

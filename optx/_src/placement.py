@@ -158,7 +158,9 @@ def like_param(u: Any, p: Any) -> Any:
         if typed is not None:
             return u if _typed_sharding(u) == typed else jax.sharding.reshard(u, typed)
         if isinstance(u, jax.core.Tracer) and _typed_sharding(u) is None:
-            return shard_alike(u, p)[0]
+            # The barrier keeps ``p``'s sharding from flowing back into what made ``u``:
+            # a sum over sharded updates stays on the shards, then is gathered once.
+            return shard_alike(jax.lax.optimization_barrier(u), p)[0]
         return u
     if not u.sharding.is_equivalent_to(p.sharding, p.ndim):
         return jax.device_put(u, p.sharding)

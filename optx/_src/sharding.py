@@ -34,10 +34,12 @@ def state_shardings(
 ) -> PyTree:
     """The shardings of ``tx.init(params)``: each slot on its parameter's sharding.
 
-    Pass them as ``out_shardings`` of ``jax.jit(tx.init)`` so that the state is created
-    where it will live (no copy to one device first), and as ``in_shardings`` /
-    ``out_shardings`` of a training step. Works for any transform with optax's protocol
-    (optx's or optax's, chains, `partition`, `masked`).
+    A plain ``jax.jit(tx.init)(params)`` already creates each slot on its parameter's
+    sharding; these are for ``out_shardings`` where a state must be placed by hand (optax's
+    transforms, `flatten` under ``Auto`` mesh axes), for ``in_shardings`` /
+    ``out_shardings`` of a training step, and for the abstract state of `restore_state`.
+    Works for any transform with optax's protocol (optx's or optax's, chains,
+    `partition`, `masked`).
 
     What each leaf of the state gets:
 
@@ -97,8 +99,9 @@ def shard_state(
     such dimension (a bias of 3 floats on 8 devices) keeps its parameter's sharding, or
     with ``require=True`` is an error. A slot already sharded over ``axis`` (parameters
     sharded over it, FSDP-style) is left as it is. Factored moments and the other leaves
-    get what `state_shardings` gives them. XLA inserts the all-gather of the updates that
-    the parameters need.
+    get what `state_shardings` gives them. An ordinary donated ``jax.jit`` step needs
+    nothing more: `apply_updates` gives each new parameter back its parameter's sharding
+    (one all-gather per parameter), so replicated parameters stay replicated.
 
     Args:
       tx: a transform (``init``/``update``).
