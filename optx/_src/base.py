@@ -630,6 +630,8 @@ def apply_updates(params: Params, updates: Updates) -> Params:
     ):
         checks.same_tree(api, updates, params, "updates", "params", allow_none=True)
 
+    several = jax.device_count() > 1  # asked once, not per leaf
+
     def add(path: Any, p: Any, u: Any) -> Any:
         if u is None:
             return p
@@ -666,7 +668,8 @@ def apply_updates(params: Params, updates: Updates) -> Params:
         # sharded moments, and a replicated parameter must stay replicated. The sum is
         # taken where the update is (sharded), then gathered: one all-gather of the new
         # parameters, no replicated pass over them.
-        return placement.like_param(jnp.asarray(p + u).astype(p.dtype), p)
+        new = jnp.asarray(p + u).astype(p.dtype)
+        return placement.like_param(new, p) if several else new
 
     return jax.tree_util.tree_map_with_path(add, params, updates, is_leaf=is_none)
 
