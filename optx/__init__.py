@@ -5,8 +5,13 @@ numeric hyperparameters held in the state so that changing them never recompiles
 """
 
 from optx import constraints as constraints
+from optx import contrib as contrib
+from optx import microbatching as microbatching
 from optx import optimizers as optimizers
+from optx import projections as projections
 from optx import schedules as schedules
+from optx import second_order as second_order
+from optx import transforms as transforms
 from optx import tree as tree
 from optx._src.accumulate import AccumulateGradientsState as AccumulateGradientsState
 from optx._src.accumulate import accumulate_gradients as accumulate_gradients
@@ -195,6 +200,28 @@ from optx._src.scaling import ScaleState as ScaleState
 from optx._src.scaling import scale as scale
 from optx._src.scaling import scale_by_learning_rate as scale_by_learning_rate
 from optx._src.scaling import scale_by_schedule as scale_by_schedule
+from optx._src.schedules.cosine import cosine_decay_schedule as cosine_decay_schedule
+from optx._src.schedules.cosine import sgdr_schedule as sgdr_schedule
+from optx._src.schedules.cosine import (
+    warmup_cosine_decay_schedule as warmup_cosine_decay_schedule,
+)
+from optx._src.schedules.exponential import exponential_decay as exponential_decay
+from optx._src.schedules.exponential import (
+    warmup_exponential_decay_schedule as warmup_exponential_decay_schedule,
+)
+from optx._src.schedules.join import join_schedules as join_schedules
+from optx._src.schedules.join import warmup_constant_schedule as warmup_constant_schedule
+from optx._src.schedules.onecycle import cosine_onecycle_schedule as cosine_onecycle_schedule
+from optx._src.schedules.onecycle import linear_onecycle_schedule as linear_onecycle_schedule
+from optx._src.schedules.piecewise import (
+    piecewise_constant_schedule as piecewise_constant_schedule,
+)
+from optx._src.schedules.piecewise import (
+    piecewise_interpolate_schedule as piecewise_interpolate_schedule,
+)
+from optx._src.schedules.polynomial import constant_schedule as constant_schedule
+from optx._src.schedules.polynomial import linear_schedule as linear_schedule
+from optx._src.schedules.polynomial import polynomial_schedule as polynomial_schedule
 from optx._src.sharding import shard_state as shard_state
 from optx._src.sharding import state_shardings as state_shardings
 from optx._src.sparse import RowSparse as RowSparse

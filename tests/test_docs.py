@@ -30,6 +30,11 @@ NAMESPACES = (
     "optx.schedules",
     "optx.tree",
     "optx.constraints",
+    "optx.transforms",
+    "optx.contrib",
+    "optx.projections",
+    "optx.second_order",
+    "optx.microbatching",
     "optx.optimizers",
     "optx.optimizers.schedules",
 )

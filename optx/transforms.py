@@ -1,0 +1,29 @@
+"""The composable transforms, at the path optax users write them (``optax.transforms``).
+
+The same objects as at the top level (``optx.transforms.clip is optx.clip``).
+"""
+
+from optx._src.algorithms.noisy import AddNoiseState as AddNoiseState
+from optx._src.algorithms.noisy import add_noise as add_noise
+from optx._src.clipping import clip as clip
+from optx._src.clipping import clip_by_block_rms as clip_by_block_rms
+from optx._src.clipping import clip_by_global_norm as clip_by_global_norm
+from optx._src.combine import MaskedNode as MaskedNode
+from optx._src.combine import MaskedState as MaskedState
+from optx._src.combine import PartitionState as PartitionState
+from optx._src.combine import chain as chain
+from optx._src.combine import masked as masked
+from optx._src.combine import named_chain as named_chain
+from optx._src.combine import partition as partition
+from optx._src.finite import ApplyIfFiniteState as ApplyIfFiniteState
+from optx._src.finite import ZeroNansState as ZeroNansState
+from optx._src.finite import apply_if_finite as apply_if_finite
+from optx._src.finite import zero_nans as zero_nans
+from optx._src.flat import flatten as flatten
+from optx._src.momentum import EmaState as EmaState
+from optx._src.momentum import TraceState as TraceState
+from optx._src.momentum import ema as ema
+from optx._src.momentum import trace as trace
+from optx._src.monitor import MonitorState as MonitorState
+from optx._src.monitor import monitor as monitor
+from optx._src.weight_decay import add_decayed_weights as add_decayed_weights
