@@ -132,6 +132,7 @@ from optx._src.base import EmptyState as EmptyState
 from optx._src.base import GradientTransformationLike as GradientTransformationLike
 from optx._src.base import OptState as OptState
 from optx._src.base import Params as Params
+from optx._src.base import ScalarOrSchedule as ScalarOrSchedule
 from optx._src.base import Schedule as Schedule
 from optx._src.base import Transform as Transform
 from optx._src.base import Updates as Updates
@@ -142,6 +143,7 @@ from optx._src.base import stateless as stateless
 from optx._src.checkpoint import latest_checkpoint as latest_checkpoint
 from optx._src.checkpoint import restore_state as restore_state
 from optx._src.checkpoint import save_state as save_state
+from optx._src.clipping import ClipByGlobalNormState as ClipByGlobalNormState
 from optx._src.clipping import ClipState as ClipState
 from optx._src.clipping import centralize as centralize
 from optx._src.clipping import clip as clip
@@ -150,6 +152,7 @@ from optx._src.clipping import clip_by_global_norm as clip_by_global_norm
 from optx._src.clipping import clip_by_norm as clip_by_norm
 from optx._src.combine import MaskedNode as MaskedNode
 from optx._src.combine import MaskedState as MaskedState
+from optx._src.combine import MultiTransformState as MultiTransformState
 from optx._src.combine import PartitionState as PartitionState
 from optx._src.combine import chain as chain
 from optx._src.combine import masked as masked
@@ -175,6 +178,11 @@ from optx._src.hyperparams import get_hyperparams as get_hyperparams
 from optx._src.hyperparams import hyperparam as hyperparam
 from optx._src.hyperparams import scale_hyperparams as scale_hyperparams
 from optx._src.hyperparams import set_hyperparams as set_hyperparams
+from optx._src.inject import InjectHyperparamsState as InjectHyperparamsState
+from optx._src.inject import InjectStatefulHyperparamsState as InjectStatefulHyperparamsState
+from optx._src.inject import WrappedSchedule as WrappedSchedule
+from optx._src.inject import inject_hyperparams as inject_hyperparams
+from optx._src.inject import inject_stateful_hyperparams as inject_stateful_hyperparams
 from optx._src.loss_scale import DynamicLossScaleState as DynamicLossScaleState
 from optx._src.loss_scale import UnscaleGradientsState as UnscaleGradientsState
 from optx._src.loss_scale import dynamic_loss_scale as dynamic_loss_scale
@@ -191,11 +199,21 @@ from optx._src.monitor import monitor as monitor
 from optx._src.monitor import monitor_metrics as monitor_metrics
 from optx._src.plateau import ReduceOnPlateauState as ReduceOnPlateauState
 from optx._src.plateau import reduce_on_plateau as reduce_on_plateau
+from optx._src.protocol import GradientTransformation as GradientTransformation
+from optx._src.protocol import GradientTransformationExtraArgs as GradientTransformationExtraArgs
+from optx._src.protocol import MaskOrFn as MaskOrFn
+from optx._src.protocol import TransformInitFn as TransformInitFn
+from optx._src.protocol import TransformUpdateExtraArgsFn as TransformUpdateExtraArgsFn
+from optx._src.protocol import TransformUpdateFn as TransformUpdateFn
+from optx._src.protocol import init_empty_state as init_empty_state
+from optx._src.protocol import stateless_with_tree_map as stateless_with_tree_map
+from optx._src.protocol import with_extra_args_support as with_extra_args_support
 from optx._src.rounding import KahanSummationState as KahanSummationState
 from optx._src.rounding import StochasticRoundingState as StochasticRoundingState
 from optx._src.rounding import kahan_summation as kahan_summation
 from optx._src.rounding import stochastic_rounding as stochastic_rounding
 from optx._src.scaling import ScaleByLearningRateState as ScaleByLearningRateState
+from optx._src.scaling import ScaleByScheduleState as ScaleByScheduleState
 from optx._src.scaling import ScaleState as ScaleState
 from optx._src.scaling import scale as scale
 from optx._src.scaling import scale_by_learning_rate as scale_by_learning_rate

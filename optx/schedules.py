@@ -4,6 +4,12 @@ Each is a frozen dataclass (equal and hashable by its arguments) with ``get_conf
 `from_config` rebuilds it. Keras's schedule classes are in `optx.optimizers.schedules`.
 """
 
+from optx._src.inject import InjectHyperparamsState as InjectHyperparamsState
+from optx._src.inject import InjectStatefulHyperparamsState as InjectStatefulHyperparamsState
+from optx._src.inject import StatefulSchedule as StatefulSchedule
+from optx._src.inject import WrappedSchedule as WrappedSchedule
+from optx._src.inject import inject_hyperparams as inject_hyperparams
+from optx._src.inject import inject_stateful_hyperparams as inject_stateful_hyperparams
 from optx._src.schedules.base import Schedule as Schedule
 from optx._src.schedules.base import from_config as from_config
 from optx._src.schedules.cosine import cosine_decay_schedule as cosine_decay_schedule

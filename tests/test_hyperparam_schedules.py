@@ -143,12 +143,20 @@ CASES = [
 ]
 
 
+INJECTED = (
+    optax.InjectHyperparamsState,
+    optax.InjectStatefulHyperparamsState,
+    optx.InjectHyperparamsState,
+    optx.InjectStatefulHyperparamsState,
+)
+
+
 def _optax_hyperparams(state: Any) -> dict[str, Any]:
     """The ``hyperparams`` of every `inject_hyperparams` state in an optax state, merged."""
     out: dict[str, Any] = {}
 
     def visit(node: Any) -> bool:
-        if isinstance(node, optax.InjectHyperparamsState | optax.InjectStatefulHyperparamsState):
+        if isinstance(node, INJECTED):
             out.update(node.hyperparams)
             return True
         return False
@@ -394,3 +402,117 @@ def test_keras_attribute_switches_between_a_schedule_and_a_number() -> None:
     assert int(opt.variables["beta_1/count"]) == 4
     opt.apply({"w": jnp.ones(3)}, params)
     np.testing.assert_allclose(opt.variables["beta_1"], 0.9 * 0.9**4, rtol=1e-6)
+
+
+# --- optx factories inside optax's `inject_hyperparams`, and optx's `inject_hyperparams` ---
+# `optax.inject_hyperparams(optx.adam)` calls optx's factory at every step with the values in
+# force as arrays (traced under `jit`): the transform uses them as given. The same bound as
+# above: the same maths as optax's, in another order.
+WRAPPED = [
+    ("adam_b1", "adam", (0.05,), {"b1": B1}),
+    ("adamw_lr_weight_decay", "adamw", (LR,), {"weight_decay": WEIGHT_DECAY}),
+    ("sgd_momentum", "sgd", (0.05,), {"momentum": MOMENTUM}),
+    ("lion_b1", "lion", (0.01,), {"b1": B1}),
+    ("rmsprop_decay", "rmsprop", (0.01,), {"decay": B2}),
+    ("clip_by_global_norm", "clip_by_global_norm", (), {"max_norm": MAX_NORM}),
+]
+
+
+@pytest.mark.parametrize(("case", "name", "args", "kwargs"), WRAPPED, ids=[w[0] for w in WRAPPED])
+@pytest.mark.parametrize("wrapper", ["optax", "optx"])
+def test_inject_hyperparams_of_optx_factories_matches_optax(
+    wrapper: str, case: str, name: str, args: tuple, kwargs: dict
+) -> None:
+    outer = optax.sgd(1.0) if name == "clip_by_global_norm" else optax.identity()
+    wrap = optax.inject_hyperparams if wrapper == "optax" else optx.inject_hyperparams
+    tx = optax.chain(wrap(getattr(optx, name))(*args, **kwargs), outer)
+    reference = optax.chain(optax.inject_hyperparams(getattr(optax, name))(*args, **kwargs), outer)
+    names = tuple(kwargs)
+    params, hyper = _trajectory(tx, optax.apply_updates, _optax_hyperparams, names)
+    o_params, o_hyper = _trajectory(reference, optax.apply_updates, _optax_hyperparams, names)
+    for n in names:
+        np.testing.assert_array_equal(hyper[n], o_hyper[n], err_msg=n)
+    for t in range(STEPS):
+        at_t = jax.tree.map(lambda x, t=t: x[t], (params, o_params))
+        assert_close(f"{case} step {t}", *at_t, rtol=RTOL, atol=ATOL, finite=True)
+
+
+def test_optx_inject_hyperparams_of_optax_factory_is_optax_s() -> None:
+    # The same factory called with the same values: the same operations, so the same bits.
+    tx = optx.inject_hyperparams(optax.adamw)(LR, b1=B1, weight_decay=WEIGHT_DECAY)
+    reference = optax.inject_hyperparams(optax.adamw)(LR, b1=B1, weight_decay=WEIGHT_DECAY)
+    names = ("learning_rate", "b1", "weight_decay")
+    ours = _trajectory(tx, optax.apply_updates, _optax_hyperparams, names)
+    theirs = _trajectory(reference, optax.apply_updates, _optax_hyperparams, names)
+    jax.tree.map(np.testing.assert_array_equal, ours, theirs)
+
+
+def test_optx_inject_hyperparams_state_is_changed_by_hand_and_by_set_hyperparams() -> None:
+    params = {"w": jnp.ones(2)}
+    grads = {"w": jnp.ones(2)}
+    tx = optx.inject_hyperparams(optx.sgd)(learning_rate=0.1, momentum=MOMENTUM)
+    state = tx.init(params)
+    assert sorted(optx.get_hyperparams(state)) == ["learning_rate", "momentum"]
+    state.hyperparams["learning_rate"] = jnp.asarray(0.01)  # optax's way
+    updates, state = jax.jit(tx.update)(grads, state, params)
+    np.testing.assert_allclose(updates["w"], [-0.01, -0.01], rtol=EPS32)
+    state = optx.set_hyperparams(state, learning_rate=0.001)
+    updates, state = jax.jit(tx.update)(grads, state, params)
+    # momentum's schedule at step 1 is 0.9 / 25 * 1: the trace is 0.036 * 1 + 1.
+    np.testing.assert_allclose(updates["w"], [-0.001 * 1.036] * 2, rtol=4 * EPS32)
+
+
+def test_inject_hyperparams_rejects_unknown_static_args() -> None:
+    with pytest.raises(ValueError, match=re.escape("needs static_args to name arguments")):
+        optx.inject_hyperparams(optx.sgd, static_args=("nesterovv",))
+
+
+def test_inject_stateful_hyperparams_warns_as_optax_does() -> None:
+    with pytest.warns(DeprecationWarning, match="use optx.inject_hyperparams"):
+        optx.inject_stateful_hyperparams(optx.sgd)(learning_rate=0.1)
+
+
+def test_traced_hyperparameters_are_used_as_given() -> None:
+    # A sweep by `vmap` over the factory's argument: each update uses the value it was built
+    # with, and `get_hyperparams` reads it.
+    params, grads = {"w": jnp.ones(3)}, {"w": jnp.ones(3)}
+    lrs = jnp.asarray([0.1, 0.2, 0.3])
+
+    def step(lr: jax.Array) -> tuple[Any, Any]:
+        tx = optx.adam(lr, b1=0.9 * lr / lr)
+        state = tx.init(params)
+        updates, state = tx.update(grads, state, params)
+        return updates, optx.get_hyperparams(state)["learning_rate"]
+
+    updates, in_force = jax.jit(jax.vmap(step))(lrs)
+    np.testing.assert_array_equal(in_force, lrs)
+    # Adam's first update is -lr * g / (|g| + eps) = -lr (1 - 1e-8): to float32 round-off.
+    np.testing.assert_allclose(updates["w"], -lrs[:, None] * np.ones(3), rtol=4 * EPS32)
+
+
+def test_hyperparameter_given_as_an_array_cannot_be_set_in_the_state() -> None:
+    state = optx.sgd(jnp.asarray(0.1)).init({"w": jnp.ones(2)})
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "`set_hyperparams` cannot change learning_rate: it was given as a JAX array when "
+            "the transform was built"
+        ),
+    ):
+        optx.set_hyperparams(state, learning_rate=0.01)
+    with pytest.raises(ValueError, match=re.escape("cannot change learning_rate")):
+        optx.scale_hyperparams(state, learning_rate=0.5)
+
+
+def test_traced_hyperparameter_must_be_a_real_scalar() -> None:
+    def build(lr: jax.Array) -> Any:
+        return optx.sgd(lr).init({"w": jnp.ones(2)})
+
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "`sgd` needs learning_rate to be a real scalar. Received: learning_rate traced "
+            "with shape (2,) and dtype float32."
+        ),
+    ):
+        jax.jit(build)(jnp.ones(2))

@@ -37,6 +37,7 @@ OptState = Any
 Schedule = Callable[[jax.Array], jax.Array]
 """A function from the step count (an int32 scalar) to a value."""
 ScalarOrSchedule = float | jax.Array | Schedule
+"""A hyperparameter: a number (or a JAX scalar) or a schedule of the step count."""
 
 
 @runtime_checkable
@@ -165,10 +166,19 @@ class Transform:
     def __post_init__(self) -> None:
         _check_flags(self)
         names = self.public_names()
+        given = []
         for field, spec in hp.specs(type(self)):
-            value = hp.check(self.name, names.get(field, field), getattr(self, field), spec)
-            # A transform holds Python floats or schedules only (hashable, no arrays).
+            raw = getattr(self, field)
+            value = hp.check(self.name, names.get(field, field), raw, spec)
+            # A transform holds Python floats or schedules (hashable, no arrays), except a
+            # value traced where it is built (`hp.is_array`).
             object.__setattr__(self, field, value)
+            if hp.is_array(raw):
+                given.append(field)
+        if given:
+            # Not part of the configuration (equality, hashing and `repr` ignore it): which
+            # values every `update` puts in force, as the caller gave them.
+            object.__setattr__(self, "_given", frozenset(given))
 
     def public_names(self) -> dict[str, str]:
         """``{field: name}`` where a hyperparameter goes by another name than its field.
@@ -246,7 +256,10 @@ def _wrapped_update(update: Callable[..., Any]) -> Callable[..., Any]:
         # Only the transform that declared them advances them: a wrapper whose state is
         # its inner transform's (`skip_missing`) passes it on untouched.
         if isinstance(h, hp.HyperParams) and h.scheduled and h.owned_by(type(self)):
-            state = state._replace(hyperparams=h.advance(self))
+            h = h.advance(self)
+            state = state._replace(hyperparams=h)
+        if getattr(self, "_given", None) and isinstance(h, hp.HyperParams):
+            state = state._replace(hyperparams=h.given_by(self))
         params = args[0] if args else kwargs.get("params")
         if params is None or _WIDENED.get():
             return update(self, updates, state, *args, **kwargs)
@@ -785,13 +798,13 @@ class Stateless(Transform):
     """See `stateless`."""
 
     name = "stateless"
-    fn: Callable[[Updates, Params | None], Updates] = None  # type: ignore[assignment]
+    f: Callable[[Updates, Params | None], Updates] = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
-        if not callable(self.fn):
+        if not callable(self.f):
             raise TypeError(
-                f"`stateless` needs fn to be a callable (updates, params) -> updates. "
-                f"Received: fn={self.fn!r}."
+                f"`stateless` needs f to be a callable (updates, params) -> updates. "
+                f"Received: f={self.f!r}."
             )
 
     def init(self, params: Params) -> EmptyState:
@@ -802,21 +815,21 @@ class Stateless(Transform):
         self, updates: Updates, state: OptState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, OptState]:
         del extra
-        return self.fn(updates, params), state
+        return self.f(updates, params), state
 
 
-def stateless(fn: Callable[[Updates, Params | None], Updates]) -> Stateless:
-    """Makes a transform from a function ``fn(updates, params) -> updates`` that keeps no state.
+def stateless(f: Callable[[Updates, Params | None], Updates]) -> Stateless:
+    """Makes a transform from a function ``f(updates, params) -> updates`` that keeps no state.
 
     Args:
-      fn: called with the updates and the parameters (``None`` if not given).
+      f: called with the updates and the parameters (``None`` if not given).
 
     Returns:
       The transform (its state is `EmptyState`); it compares equal to another built from
       the same function object.
 
     Raises:
-      TypeError: ``fn`` is not callable.
+      TypeError: ``f`` is not callable.
 
     Example:
       >>> import jax, jax.numpy as jnp, optx
@@ -824,4 +837,4 @@ def stateless(fn: Callable[[Updates, Params | None], Updates]) -> Stateless:
       >>> tx.update({"w": jnp.ones(2)}, tx.init(None))[0]
       {'w': Array([2., 2.], dtype=float32)}
     """
-    return Stateless(fn)
+    return Stateless(f)

@@ -20,6 +20,10 @@ class ClipState(NamedTuple):
     hyperparams: dict[str, jax.Array]
 
 
+ClipByGlobalNormState = ClipState
+"""optax's name for the state of `clip_by_global_norm` (`ClipState`)."""
+
+
 def _f32(u: jax.Array) -> jax.Array:
     return u.astype(jnp.promote_types(u.dtype, jnp.float32))
 

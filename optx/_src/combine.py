@@ -439,6 +439,10 @@ class PartitionState(NamedTuple):
     inner_states: dict[Hashable, MaskedState]
 
 
+MultiTransformState = PartitionState
+"""optax's other name for the state of `partition` (`PartitionState`)."""
+
+
 def _freeze_labels(labels: Any) -> Any:
     if callable(labels) and not isinstance(labels, Mapping):
         return labels

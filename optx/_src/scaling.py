@@ -92,6 +92,10 @@ class ScaleByLearningRateState(NamedTuple):
     hyperparams: dict[str, jax.Array]
 
 
+ScaleByScheduleState = ScaleByLearningRateState
+"""optax's name for the state of `scale_by_schedule` (`ScaleByLearningRateState`)."""
+
+
 @transform
 class ScaleByLearningRate(Transform):
     """See `scale_by_learning_rate`."""

@@ -45,6 +45,7 @@ from optx._src.hyperparams.declare import current as current
 from optx._src.hyperparams.declare import field as field
 from optx._src.hyperparams.declare import first_value as first_value
 from optx._src.hyperparams.declare import hyperparam as hyperparam
+from optx._src.hyperparams.declare import is_array as is_array
 from optx._src.hyperparams.declare import is_schedule as is_schedule
 from optx._src.hyperparams.declare import schedule_bounds as schedule_bounds
 from optx._src.hyperparams.declare import shown as shown

@@ -206,8 +206,10 @@ def validate(
 
     ``schedules``: whether the caller also takes a schedule (said in the message).
 
+    A traced value (see `is_array`) is returned as it is, once checked to be a real scalar.
+
     Raises:
-      TypeError: ``value`` is not a real number (or is traced: a transform holds no arrays).
+      TypeError: ``value`` is not a real number.
       ValueError: ``value`` is outside ``range_rule`` (default `FINITE`), or not finite in
         float32 (the dtype it is held in).
     """
@@ -215,11 +217,9 @@ def validate(
     # The rule is the building block's field's; the message names the caller's argument.
     field_name, name = name, shown(name)
     if isinstance(value, Tracer):
-        raise TypeError(
-            f"`{api}` needs {name} to be a concrete number when the transform is built "
-            f"(transforms hold no arrays). Received: {name}={value!r}. To change it inside a "
-            f"traced function, use `optx.set_hyperparams(state, {field_name}=...)`."
-        )
+        # A value traced where the transform is built (see `is_array`): checked for shape
+        # and dtype only; its range is not known until it runs.
+        return _traced(api, field_name, value)  # type: ignore[return-value]
     if isinstance(value, bool | np.bool_) or not _is_real_scalar(value):
         what = "a real number or a schedule (a function of the step count)"
         hint = ""
@@ -273,7 +273,36 @@ def check(api: str, name: str, value: Any, spec: Spec) -> Any:
     if is_schedule(value):
         check_bounds(api, name, value, spec.rule)
         return value
+    if isinstance(value, Tracer):
+        return _traced(api, name, value)
     return validate(api, name, value, spec.rule)
+
+
+def is_array(value: Any) -> bool:
+    """Whether a hyperparameter is given as a JAX array (a traced one included).
+
+    Such a value is the caller's value of the moment: a wrapper that builds the transform
+    again at every step with the values it keeps (optax's ``inject_hyperparams`` calls a
+    factory so) or a function traced over it (``jax.vmap``). Every ``update`` of the
+    transform then uses the value the transform holds.
+    """
+    return isinstance(value, Tracer | jax.Array)
+
+
+def _traced(api: str, name: str, value: Tracer) -> Tracer:
+    """A traced hyperparameter, checked for what is known: a real scalar (not its range)."""
+    api, shown_name = _CALLER.get() or api, shown(name)
+    dtype = value.dtype
+    if (
+        np.shape(value) != ()
+        or not jnp.issubdtype(dtype, jnp.number)
+        or (jnp.issubdtype(dtype, jnp.complexfloating))
+    ):
+        raise TypeError(
+            f"`{api}` needs {shown_name} to be a real scalar. Received: {shown_name} traced "
+            f"with shape {np.shape(value)} and dtype {dtype}."
+        )
+    return value
 
 
 def schedule_bounds(schedule: Any) -> tuple[float, float] | None:

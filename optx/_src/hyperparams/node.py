@@ -61,6 +61,8 @@ class Entry:
       decay: a decay rate: the state also keeps its float32 rounding residual.
       scheduled: given as a schedule (the state also keeps a scale and a step count).
       base: the name its transform gave it, where `renamed` changed ``name``.
+      given: given as a JAX array (`declare.is_array`): every ``update`` puts the value
+        its transform holds in force, and `set_hyperparams` refuses it.
     """
 
     name: str
@@ -69,6 +71,7 @@ class Entry:
     decay: bool
     scheduled: bool
     base: str = ""
+    given: bool = False
 
 
 class Owner:
@@ -100,6 +103,18 @@ class Owner:
 
 # `HyperParams(..., packed=True)` without a vector stacks the values given.
 _STACK = object()
+
+
+def _taken(group: Any, names: tuple[str, ...]) -> tuple[Any, ...]:
+    """The leaves of a group of children (residuals or scales) in ``names``'s order.
+
+    A dict of them; in a tree of other leaves (shardings, ``None``s) a list or one leaf.
+    """
+    if type(group) is dict:
+        return tuple([group[k] for k in names])
+    if isinstance(group, Mapping):
+        return tuple(group[k] for k in names)
+    return tuple(group) if isinstance(group, list | tuple) else (group,) * len(names)
 
 
 def _named(entries: tuple[Entry, ...], which: str) -> list[str]:
@@ -269,8 +284,9 @@ class HyperParams:
         return children, (self.entries, False, self.owner)
 
     @classmethod
-    def tree_unflatten(cls, aux: tuple[Any, ...], children: list[Any]) -> HyperParams:
-        entries, packed = aux[:2]
+    def tree_unflatten(cls, aux: tuple[Any, ...], children: Any) -> HyperParams:
+        # Runs on every call of a jitted step that returns a state: plain indexing only.
+        entries, packed = aux[0], aux[1]
         node = object.__new__(cls)
         node.entries, node.packed = entries, packed
         # A structure pickled by an earlier release has no owner.
@@ -280,20 +296,17 @@ class HyperParams:
             node.count = children[1] if len(children) > 1 else None
             return node
         n = len(entries)
-        rest = list(children[n:])
-
-        def take(names: tuple[str, ...]) -> tuple[Any, ...]:
-            if not names:
-                return ()
-            d = rest.pop(0)
-            if isinstance(d, Mapping):
-                return tuple(d[k] for k in names)
-            return tuple(d) if isinstance(d, list | tuple) else (d,) * len(names)
-
         decays, scheduled = _kinds(entries)
-        residuals = take(decays)
-        scales = take(scheduled)
-        node.count = rest.pop(0) if scales else None
+        residuals = scales = ()
+        count = None
+        i = n
+        if decays:
+            residuals = _taken(children[i], decays)
+            i += 1
+        if scheduled:
+            scales = _taken(children[i], scheduled)
+            count = children[i + 1]
+        node.count = count
         node._parts, node._vector = (tuple(children[:n]), residuals, scales), None
         return node
 
@@ -435,9 +448,29 @@ class HyperParams:
         scale = self.scales[self._slot(i, "scheduled")]
         return scale * jnp.asarray(getattr(tx, field_name)(count), _DTYPE)
 
+    def given_by(self, tx: Any) -> HyperParams:
+        """The values ``tx`` was given as JAX arrays, put in force (see `Entry.given`)."""
+        given = getattr(tx, "_given", ())
+        values, residuals = list(self.in_force), list(self.residuals)
+        for i, e in enumerate(self.entries):
+            if e.field in given:
+                self._with_value(i, getattr(tx, e.field), values, residuals)
+        return self._replace(values=tuple(values), residuals=tuple(residuals))
+
     # -- writing, by public name --
+    def _refuse_given(self, i: int, api: str, shown_name: str) -> None:
+        if self.entries[i].given:
+            raise ValueError(
+                f"`{api}` cannot change {shown_name}: it was given as a JAX array when the "
+                f"transform was built, so every update uses the value its transform holds "
+                f"(as optax's `inject_hyperparams` passes them). Build the transform with a "
+                f"Python number (`float(x)`) or a schedule to change {shown_name} in the "
+                f"state, or pass the new value where the transform is built."
+            )
+
     def replaced(self, i: int, new: Any, api: str, shown_name: str) -> HyperParams:
         """A copy with hyperparameter ``i`` set to ``new`` (the rule of `set_hyperparams`)."""
+        self._refuse_given(i, api, shown_name)
         e, in_force = self.entries[i], _unwrap(self.in_force[i])
         new = _checked(api, shown_name, e, new, in_force)
         values, residuals, scales = list(self.in_force), list(self.residuals), list(self.scales)
@@ -458,6 +491,7 @@ class HyperParams:
 
     def multiplied(self, i: int, factor: Any, api: str, shown_name: str) -> HyperParams:
         """A copy with hyperparameter ``i`` (and its schedule, from now on) times ``factor``."""
+        self._refuse_given(i, api, shown_name)
         e, in_force = self.entries[i], _unwrap(self.in_force[i])
         what = f"the factor of {shown_name}"
         factor = _checked(api, what, dataclasses.replace(e, rule=FINITE), factor, in_force)
@@ -569,7 +603,8 @@ def create(tx: Any, extra: tuple[tuple[str, float], ...] = ()) -> HyperParams:
             continue
         scheduled = is_schedule(value)
         name = names.get(field_name, field_name)
-        entries.append(Entry(name, field_name, spec.rule, spec.decay, scheduled))
+        given = field_name in getattr(tx, "_given", ())
+        entries.append(Entry(name, field_name, spec.rule, spec.decay, scheduled, given=given))
         if scheduled:
             # The value in force before the first step is the schedule's at step 0.
             value = jnp.asarray(tx.initial(field_name), _DTYPE)
