@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 
@@ -31,6 +33,13 @@ def ftrl_schedule(count: jax.Array) -> jax.Array:
     return jnp.minimum(0.025 * (count + 1), 0.1)
 
 
+def _optimistic_adam() -> optx.Transform:
+    """optax's deprecated first interface (it warns, as optax's does)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return optx.optimistic_adam(1e-2, 0.1)
+
+
 def entries(register) -> None:
     # SM3.
     register("scale_by_sm3", optx.scale_by_sm3)
@@ -55,7 +64,7 @@ def entries(register) -> None:
         lambda: optx.optimistic_adam_v2(1e-2, beta=0.5, nesterov=False),
         repr_prefix="chain(",
     )
-    register("optimistic_adam", lambda: optx.optimistic_adam(1e-2, 0.1), repr_prefix="chain(")
+    register("optimistic_adam", _optimistic_adam, repr_prefix="chain(")
 
     # Polyak's step size: `update` needs the loss.
     register("scale_by_polyak", optx.scale_by_polyak, update_kwargs=POLYAK_LOSS)

@@ -24,6 +24,12 @@ from helpers import EPS32, assert_close, roundoff_rtol
 
 import optx
 
+# `optimistic_adam` warns that it is deprecated, as optax's does (tests/test_optax_deprecations.py).
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:`optimistic_adam` is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:`add_noise`'s seed is deprecated:DeprecationWarning"),
+]
+
 STEPS = 100
 EPS64 = float(np.finfo(np.float64).eps)
 # Parity with optax and the NumPy loops runs in float64 (`run64`): then the one difference
@@ -360,7 +366,9 @@ def test_add_noise_is_deterministic_and_jit_equals_eager() -> None:
     # Rebuilt from the same seed (an int, `seed=`, or the typed key of that seed): the same
     # noise; another seed: other noise.
     same = first_update(tx)
-    for again in (optx.add_noise(0.5, 0.55, key=2), optx.add_noise(0.5, 0.55, seed=2)):
+    with pytest.warns(DeprecationWarning, match="seed is deprecated"):
+        by_seed = optx.add_noise(0.5, 0.55, seed=2)
+    for again in (optx.add_noise(0.5, 0.55, key=2), by_seed):
         assert_close("same seed", first_update(again), same, 0.0, 0.0)
     other = first_update(optx.add_noise(0.5, 0.55, key=3))
     assert not np.allclose(other["dense"]["kernel"], same["dense"]["kernel"])

@@ -8,6 +8,7 @@ accept.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import jax
@@ -53,6 +54,19 @@ def initial_key_data(spec: KeySpec) -> jax.Array:
 def wrap_key(data: jax.Array, spec: KeySpec) -> jax.Array:
     """The typed key of a state's raw ``data``, of the implementation ``spec`` names."""
     return jax.random.wrap_key_data(data, impl=impl_of(spec))
+
+
+def warn_seed(api: str, seed: Any) -> None:
+    """Optax deprecates ``seed=`` (for ``key=``) in `add_noise` and `noisy_sgd`: so does optx.
+
+    Warns at the caller of the public factory that calls this.
+    """
+    if seed is not None:
+        warnings.warn(
+            f"`{api}`'s seed is deprecated (as in optax): pass key={seed!r} instead.",
+            DeprecationWarning,
+            stacklevel=3,
+        )
 
 
 def key_spec(api: str, key: Any, seed: Any) -> KeySpec:

@@ -19,7 +19,7 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, chain
-from optx._src.keys import KeySpec, initial_key_data, key_spec, wrap_key
+from optx._src.keys import KeySpec, initial_key_data, key_spec, warn_seed, wrap_key
 from optx._src.scaling import scale_by_learning_rate
 
 
@@ -114,6 +114,7 @@ def add_noise(
       Neelakantan, Vilnis, Le, Sutskever, Kaiser, Kurach and Martens, "Adding Gradient
       Noise Improves Learning for Very Deep Networks", ICLR Workshop 2016.
     """
+    warn_seed("add_noise", seed)
     return AddNoise(eta, gamma, key_spec("add_noise", key, seed))
 
 
@@ -164,4 +165,8 @@ def noisy_sgd(
       Noise Improves Learning for Very Deep Networks", ICLR Workshop 2016.
     """
     with hp.caller("noisy_sgd"):
-        return chain(add_noise(eta, gamma, key, seed=seed), scale_by_learning_rate(learning_rate))
+        warn_seed("noisy_sgd", seed)
+        if seed is not None and key is not None:
+            key_spec("noisy_sgd", key, seed)  # raises: one of them
+        key = seed if key is None else key
+        return chain(add_noise(eta, gamma, key), scale_by_learning_rate(learning_rate))

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, NamedTuple
 
 import jax
@@ -260,6 +261,12 @@ def optimistic_adam(
     References:
       Daskalakis, Ilyas, Syrgkanis and Zeng, "Training GANs with Optimism", ICLR 2018.
     """
+    # optax deprecates this interface; optx warns the same way.
+    warnings.warn(
+        "`optimistic_adam` is deprecated (as in optax): use `optimistic_adam_v2`.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     with hp.caller("optimistic_adam"):
         if callable(learning_rate):
             raise TypeError(
