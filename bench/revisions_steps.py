@@ -9,7 +9,8 @@ own step (no peers), so that many alternating processes fit in a few minutes::
     done
 
 ``-P`` keeps the current directory off ``sys.path``: ``optx`` comes from ``PYTHONPATH``
-(its path is printed first, on stderr). Each figure is the median of a loop of donated
+(its path is printed first, on stderr). Arguments, if any, name the trees to time
+(``many``, ``gpt``; default both). Each figure is the median of a loop of donated
 steps (compiled beforehand, timed to the end of the step), in ms: ``many`` (1,000 leaves of
 64) and ``gpt`` (GPT-shaped, 16 blocks, width 256), for Adam, AdamW, SGD, Lion and the
 clip + AdamW + EMA chain.
@@ -69,8 +70,10 @@ def time_step(tx, params, reps: int) -> float:
 
 def main() -> None:
     print(optx.__file__, file=sys.stderr)
+    # Optional arguments: the trees to time (default: all), e.g. ``many``.
+    names = sys.argv[1:] or list(TREES)
     out = {}
-    for tree, shapes in TREES.items():
+    for tree, shapes in ((name, TREES[name]) for name in names):
         params = jax.tree.map(
             lambda s: jnp.full(s, 0.01, jnp.float32),
             shapes,
