@@ -82,8 +82,17 @@ def entries(register) -> None:
         needs_params=True,
     )
 
-    # MoMo: a constant loss of 1 above the lower bound.
-    register("momo", optx.momo, needs_params=True, update_kwargs=LOSS)
+    # MoMo. With a loss of 100 the Polyak step exceeds the learning rate, which is then the
+    # step size (so the lower bound cannot show); a loss of 1 near the lower bound 0 makes the
+    # step a ratio of cancelling sums (ill-conditioned for the jit-against-eager check), so
+    # the variants take the bound at -1.
+    register(
+        "momo",
+        optx.momo,
+        needs_params=True,
+        update_kwargs={"value": 100.0},
+        unobservable=("lower_bound",),
+    )
     register(
         "momo/adaptive",
         lambda: optx.momo(0.5, 0.8, -1.0, 0.1, adapt_lower_bound=True),

@@ -125,8 +125,9 @@ def scale_by_cocob(alpha: float = 100.0, eps: float = 1e-8) -> ScaleByCocob:
       >>> import jax.numpy as jnp, optx
       >>> params = {"w": jnp.array([1.0, 1.0])}
       >>> tx = optx.contrib.scale_by_cocob(alpha=1.0, eps=1.0)
+      >>> # L = max(1, |g|), G = |g|, C = -g: the bet is -g / (L max(G + L, L)) * L.
       >>> tx.update({"w": jnp.array([2.0, -0.5])}, tx.init(params), params)[0]
-      {'w': Array([-0.5,  0.5], dtype=float32)}
+      {'w': Array([-0.5       ,  0.33333334], dtype=float32)}
 
     References:
       Orabona and Tommasi, "Training Deep Networks without Learning Rates Through Coin

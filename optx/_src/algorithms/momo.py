@@ -209,13 +209,15 @@ def momo(
       >>> params = jnp.array([1.0, 2.0, 3.0])
       >>> tx = optx.contrib.momo()
       >>> state = tx.init(params)
-      >>> for _ in range(2):
+      >>> for step in range(30):
       ...     value, grads = jax.value_and_grad(loss)(params)
       ...     updates, state = tx.update(grads, state, params, value=value)
       ...     params = optx.apply_updates(params, updates)
-      ...     print(float(loss(params)))
+      ...     if step == 0:  # the Polyak step f / |g|^2 = 14 / 56 halves the parameters
+      ...         print(float(loss(params)))
       3.5
-      0.0
+      >>> bool(loss(params) < 1.0)  # from 14
+      True
 
     References:
       Schaipp, Ohana, Eickenberg, Defazio and Gower, "MoMo: Momentum Models for Adaptive
@@ -342,13 +344,13 @@ def momo_adam(
       >>> import jax, jax.numpy as jnp, optx
       >>> loss = lambda p: jnp.sum(p**2)
       >>> params = jnp.array([1.0, 2.0, 3.0])
-      >>> tx = optx.contrib.momo_adam(learning_rate=0.1)
+      >>> tx = optx.contrib.momo_adam(learning_rate=1.0)
       >>> state = tx.init(params)
-      >>> for _ in range(20):
+      >>> for _ in range(30):
       ...     value, grads = jax.value_and_grad(loss)(params)
       ...     updates, state = tx.update(grads, state, params, value=value)
       ...     params = optx.apply_updates(params, updates)
-      >>> bool(loss(params) < 1.0)  # from 14
+      >>> bool(loss(params) < 0.5)  # from 14
       True
 
     References:
