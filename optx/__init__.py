@@ -57,16 +57,16 @@ from optx._src.algorithms.cocob import cocob as cocob
 from optx._src.algorithms.cocob import scale_by_cocob as scale_by_cocob
 from optx._src.algorithms.dadapt import DAdaptAdamWState as DAdaptAdamWState
 from optx._src.algorithms.dadapt import dadapt_adamw as dadapt_adamw
-from optx._src.algorithms.dog import DoGState as DoGState
-from optx._src.algorithms.dog import DoWGState as DoWGState
-from optx._src.algorithms.dog import (
+from optx._src.algorithms.distance_over_gradients import (
     ScaleByDistanceOverGradientsState as ScaleByDistanceOverGradientsState,
 )
-from optx._src.algorithms.dog import dog as dog
-from optx._src.algorithms.dog import dowg as dowg
-from optx._src.algorithms.dog import (
+from optx._src.algorithms.distance_over_gradients import (
     scale_by_distance_over_gradients as scale_by_distance_over_gradients,
 )
+from optx._src.algorithms.dog import DoGState as DoGState
+from optx._src.algorithms.dog import DoWGState as DoWGState
+from optx._src.algorithms.dog import dog as dog
+from optx._src.algorithms.dog import dowg as dowg
 from optx._src.algorithms.ftrl import ScaleByFtrlState as ScaleByFtrlState
 from optx._src.algorithms.ftrl import ftrl as ftrl
 from optx._src.algorithms.ftrl import scale_by_ftrl as scale_by_ftrl

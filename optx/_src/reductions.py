@@ -50,6 +50,12 @@ def sq_norm(x: Any, dtype: Any) -> jax.Array:
     return vdot(x, x, dtype)
 
 
+def sq_distance(x: Any, y: Any, dtype: Any) -> jax.Array:
+    """``||x - y||^2`` over every leaf of two trees of one structure, in ``dtype``."""
+    diff = jax.tree.map(lambda a, b: jnp.asarray(a, dtype) - jnp.asarray(b, dtype), x, y)
+    return sq_norm(diff, dtype)
+
+
 def l1_norm(x: Any, dtype: Any) -> jax.Array:
     """``||x||_1`` over every leaf, summed in ``dtype``."""
     return total((jnp.sum(jnp.abs(_wide(a, dtype))) for a in jax.tree.leaves(x)), dtype)
