@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import EPS32, assert_close
+from helpers import EPS32, assert_close, roundoff_rtol
 
 import optx
 
@@ -366,6 +366,24 @@ def test_scale_by_distance_over_gradients_keeps_a_scalar_parameters_shape() -> N
     np.testing.assert_allclose(updates["s"], 0.3, rtol=4 * EPS32)
     ref = optax.scale_by_distance_over_gradients(reps_rel=0.1, eps=0.0)
     assert ref.update(grads, ref.init(params), params)[0]["s"].shape == (1,)
+
+
+def test_mechanize_wraps_an_optax_optimizer() -> None:
+    # The same SGD from optax and from optx: the same float32 maths (momentum 0.5 and the
+    # learning rate 0.5 are exact in float32), so the runs agree to the roundings of three
+    # steps that XLA may contract differently (`roundoff_rtol`: 8 a step, and Mechanic's
+    # reductions over the 6 elements).
+    params = {"w": jnp.asarray([1.0, -2.0, 0.5]), "b": jnp.asarray([0.3, 0.1, -0.4])}
+    results = []
+    for inner in (optax.sgd(0.5, momentum=0.5), optx.sgd(0.5, momentum=0.5)):
+        tx = optx.mechanize(inner, s_init=0.01)
+        p, state = params, tx.init(params)
+        for _ in range(3):
+            grads = jax.tree.map(lambda x: 2 * x, p)
+            updates, state = tx.update(grads, state, p)
+            p = optx.apply_updates(p, updates)
+        results.append(p)
+    assert_close("mechanize(optax.sgd)", results[0], results[1], rtol=roundoff_rtol(3, 8, 6))
 
 
 def test_float64_params_keep_float64_estimates() -> None:
