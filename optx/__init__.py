@@ -52,6 +52,21 @@ from optx._src.algorithms.belief import adabelief as adabelief
 from optx._src.algorithms.belief import scale_by_belief as scale_by_belief
 from optx._src.algorithms.belief import scale_by_yogi as scale_by_yogi
 from optx._src.algorithms.belief import yogi as yogi
+from optx._src.algorithms.cocob import COCOBState as COCOBState
+from optx._src.algorithms.cocob import cocob as cocob
+from optx._src.algorithms.cocob import scale_by_cocob as scale_by_cocob
+from optx._src.algorithms.dadapt import DAdaptAdamWState as DAdaptAdamWState
+from optx._src.algorithms.dadapt import dadapt_adamw as dadapt_adamw
+from optx._src.algorithms.distance_over_gradients import (
+    ScaleByDistanceOverGradientsState as ScaleByDistanceOverGradientsState,
+)
+from optx._src.algorithms.distance_over_gradients import (
+    scale_by_distance_over_gradients as scale_by_distance_over_gradients,
+)
+from optx._src.algorithms.dog import DoGState as DoGState
+from optx._src.algorithms.dog import DoWGState as DoWGState
+from optx._src.algorithms.dog import dog as dog
+from optx._src.algorithms.dog import dowg as dowg
 from optx._src.algorithms.ftrl import ScaleByFtrlState as ScaleByFtrlState
 from optx._src.algorithms.ftrl import ftrl as ftrl
 from optx._src.algorithms.ftrl import scale_by_ftrl as scale_by_ftrl
@@ -70,6 +85,12 @@ from optx._src.algorithms.lion import sign_sgd as sign_sgd
 from optx._src.algorithms.lion import signum as signum
 from optx._src.algorithms.lookahead import LookaheadState as LookaheadState
 from optx._src.algorithms.lookahead import lookahead as lookahead
+from optx._src.algorithms.mechanic import MechanicState as MechanicState
+from optx._src.algorithms.mechanic import mechanize as mechanize
+from optx._src.algorithms.momo import MomoAdamState as MomoAdamState
+from optx._src.algorithms.momo import MomoState as MomoState
+from optx._src.algorithms.momo import momo as momo
+from optx._src.algorithms.momo import momo_adam as momo_adam
 from optx._src.algorithms.muon import MuonState as MuonState
 from optx._src.algorithms.muon import ScaleByShapeState as ScaleByShapeState
 from optx._src.algorithms.muon import muon as muon

@@ -377,7 +377,7 @@ def _history_scale(history: list) -> list[list[float]]:
 
 
 def _find_prodigy_state(state: Any) -> Any:
-    if hasattr(state, "numerator_weighted"):
+    if hasattr(state, "numerator_weighted") and hasattr(state, "params0"):
         return state
     if isinstance(state, tuple):
         for inner in state:

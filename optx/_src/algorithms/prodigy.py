@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from optx._src import checks, placement
+from optx._src import checks, placement, reductions
 from optx._src import hyperparams as hp
 from optx._src.base import (
     Params,
@@ -47,16 +47,6 @@ class ProdigyState(NamedTuple):
     hyperparams: dict[str, jax.Array]
 
 
-def _scalar_dtype(params: Params) -> Any:
-    """The estimate's dtype: float32, or wider where a parameter is (float64 under x64)."""
-    return jnp.result_type(jnp.float32, *(jnp.result_type(p) for p in jax.tree.leaves(params)))
-
-
-def _total(terms: Any, dtype: Any) -> jax.Array:
-    """The sum of scalar ``terms`` in ``dtype`` (zero for none)."""
-    return sum(terms, start=jnp.zeros([], dtype))
-
-
 @transform
 class ScaleByProdigy(Transform):
     """See `scale_by_prodigy`."""
@@ -86,7 +76,7 @@ class ScaleByProdigy(Transform):
     def init(self, params: Params) -> ProdigyState:
         checks.float_params(f"{self.name}.init", params)
         zeros = jax.tree.map(placement.zeros_like, params)
-        dtype = _scalar_dtype(params)
+        dtype = reductions.scalar_dtype(params)
         return ProdigyState(
             zero_count(),
             zeros,
@@ -124,7 +114,7 @@ class ScaleByProdigy(Transform):
         def wide(x: jax.Array) -> jax.Array:
             return jnp.asarray(x, dtype)
 
-        numerator = _total(
+        numerator = reductions.total(
             (
                 placement.vdot(wide(g), wide(p0) - wide(p))
                 for g, p, p0 in zip(
@@ -148,7 +138,7 @@ class ScaleByProdigy(Transform):
         flat = jax.tree.map(moments, updates, state.exp_avg, state.exp_avg_sq, state.grad_sum)
         exp_avg, exp_avg_sq, grad_sum = unzip(flat, updates, 3)
         weighted = b3 * state.numerator_weighted + (d / d0) * dlr * numerator
-        denominator = _total((jnp.sum(jnp.abs(wide(s))) for s in jax.tree.leaves(grad_sum)), dtype)
+        denominator = reductions.l1_norm(grad_sum, dtype)
         # A zero denominator (all gradients zero so far) keeps the estimate: optax's 0/0
         # would make it NaN for good.
         safe = jnp.where(denominator > 0, denominator, 1.0)
