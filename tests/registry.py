@@ -109,6 +109,7 @@ FACTORIES_WITH_ARGS = frozenset(
         "sgd",
         "skip_missing",
         "stateless",
+        "stateless_with_tree_map",
         "trace",
         "unscale_gradients",
     }
@@ -141,6 +142,33 @@ NOT_FACTORIES = frozenset(
 )
 
 
+# optax's schedules at the top level (functions of the step, tested in test_schedules*.py),
+# and factories of transforms or wrappers of them (`inject_hyperparams` returns a factory;
+# tests/test_hyperparam_schedules.py runs it against optax's).
+NOT_FACTORIES = NOT_FACTORIES | frozenset(
+    {
+        "constant_schedule",
+        "cosine_decay_schedule",
+        "cosine_onecycle_schedule",
+        "exponential_decay",
+        "init_empty_state",
+        "inject_hyperparams",
+        "inject_stateful_hyperparams",
+        "join_schedules",
+        "linear_onecycle_schedule",
+        "linear_schedule",
+        "piecewise_constant_schedule",
+        "piecewise_interpolate_schedule",
+        "polynomial_schedule",
+        "sgdr_schedule",
+        "warmup_constant_schedule",
+        "warmup_cosine_decay_schedule",
+        "warmup_exponential_decay_schedule",
+        "with_extra_args_support",
+    }
+)
+
+
 # Transform factories the suite cannot run: their `update` needs a named axis bound by
 # `pmap` / `shard_map` / `vmap(axis_name=...)`, and the suite calls `update` outside any.
 # tests/test_distributed.py checks them instead (jit, dtypes, chains, state, errors). The
@@ -164,6 +192,12 @@ def double(updates: optx.Updates, params: optx.Params | None) -> optx.Updates:
     """A ``stateless`` function: twice the updates."""
     del params
     return jax.tree.map(lambda u: 2 * u, updates)
+
+
+def double_leaf(update: jax.Array, param: jax.Array | None) -> jax.Array:
+    """A `stateless_with_tree_map` function: twice the update."""
+    del param
+    return 2 * update
 
 
 def matrices(params: optx.Params) -> optx.Params:
@@ -223,6 +257,11 @@ register("ema/no_debias", lambda: optx.ema(0.9, debias=False))
 register("identity", optx.identity)
 register("set_to_zero", optx.set_to_zero)
 register("stateless", lambda: optx.stateless(double))
+register(
+    "stateless_with_tree_map",
+    lambda: optx.stateless_with_tree_map(double_leaf),
+    repr_prefix="stateless(",
+)
 register(
     "chain",
     lambda: optx.chain(optx.clip_by_global_norm(1.0), optx.scale_by_adam(), optx.scale(-0.1)),

@@ -7,6 +7,8 @@ name the pytree path of the offending leaf.
 from __future__ import annotations
 
 import numbers
+import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -247,3 +249,15 @@ def dtype_option(api: str, name: str, value: Any) -> np.dtype | None:
             f"`{api}` needs {name} to be None or a floating dtype. Received: {name}={value!r}."
         )
     return dtype
+
+
+def deprecated(message: str) -> None:
+    """Warns ``DeprecationWarning`` at the first caller outside optx (the user's line).
+
+    optx's public functions may be wrapped (the keyword checks of `suggest`), so a fixed
+    ``stacklevel`` would point into optx.
+    """
+    frame, level = sys._getframe(1), 2  # stacklevel 2: the caller of `deprecated`
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "optx":
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, DeprecationWarning, stacklevel=level)

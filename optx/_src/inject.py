@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -18,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from optx._src import checks
 from optx._src.base import OptState, Params, Transform, Updates, safe_increment, zero_count
 from optx._src.protocol import with_extra_args_support
 
@@ -297,10 +297,8 @@ def inject_stateful_hyperparams(
       ...     warnings.simplefilter("ignore", DeprecationWarning)
       ...     tx = optx.inject_stateful_hyperparams(optx.sgd)(learning_rate=0.1)
     """
-    warnings.warn(
+    checks.deprecated(
         "optx.inject_stateful_hyperparams is deprecated (as in optax): use "
-        "optx.inject_hyperparams, which takes stateful schedules too.",
-        DeprecationWarning,
-        stacklevel=2,
+        "optx.inject_hyperparams, which takes stateful schedules too."
     )
     return inject_hyperparams(inner_factory, static_args, hyperparam_dtype)

@@ -8,7 +8,6 @@ accept.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import jax
@@ -16,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import Tracer
 
+from optx._src import checks
 from optx._src import hyperparams as hp
 
 KeySpec = int | tuple[str, tuple[int, ...]]
@@ -57,16 +57,9 @@ def wrap_key(data: jax.Array, spec: KeySpec) -> jax.Array:
 
 
 def warn_seed(api: str, seed: Any) -> None:
-    """Optax deprecates ``seed=`` (for ``key=``) in `add_noise` and `noisy_sgd`: so does optx.
-
-    Warns at the caller of the public factory that calls this.
-    """
+    """Warns that ``seed=`` is deprecated (for ``key=``), as optax does in `add_noise`."""
     if seed is not None:
-        warnings.warn(
-            f"`{api}`'s seed is deprecated (as in optax): pass key={seed!r} instead.",
-            DeprecationWarning,
-            stacklevel=3,
-        )
+        checks.deprecated(f"`{api}`'s seed is deprecated (as in optax): pass key={seed!r} instead.")
 
 
 def key_spec(api: str, key: Any, seed: Any) -> KeySpec:

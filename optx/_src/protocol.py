@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import jax
 
+from optx._src import checks
 from optx._src.base import EmptyState, OptState, Params, Transform, Updates, stateless
 from optx._src.combine import accepts_extra
 from optx._src.tree import is_none
@@ -183,6 +184,14 @@ class _TreeMapped:
             return jax.tree.map(
                 lambda u: None if u is None else self.f(u, None), updates, is_leaf=is_none
             )
+        checks.same_tree(
+            "stateless_with_tree_map.update",
+            updates,
+            params,
+            "updates",
+            "params",
+            allow_none=True,
+        )
         return jax.tree.map(
             lambda u, p: None if u is None else self.f(u, p), updates, params, is_leaf=is_none
         )

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, NamedTuple
 
 import jax
@@ -262,11 +261,7 @@ def optimistic_adam(
       Daskalakis, Ilyas, Syrgkanis and Zeng, "Training GANs with Optimism", ICLR 2018.
     """
     # optax deprecates this interface; optx warns the same way.
-    warnings.warn(
-        "`optimistic_adam` is deprecated (as in optax): use `optimistic_adam_v2`.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
+    checks.deprecated("`optimistic_adam` is deprecated (as in optax): use `optimistic_adam_v2`.")
     with hp.caller("optimistic_adam"):
         if callable(learning_rate):
             raise TypeError(
