@@ -97,6 +97,13 @@ from optx._src.algorithms.optimistic import (
 from optx._src.algorithms.polyak import ScaleByPolyakState as ScaleByPolyakState
 from optx._src.algorithms.polyak import polyak_sgd as polyak_sgd
 from optx._src.algorithms.polyak import scale_by_polyak as scale_by_polyak
+from optx._src.algorithms.privacy import (
+    DifferentiallyPrivateAggregateState as DifferentiallyPrivateAggregateState,
+)
+from optx._src.algorithms.privacy import (
+    differentially_private_aggregate as differentially_private_aggregate,
+)
+from optx._src.algorithms.privacy import dpsgd as dpsgd
 from optx._src.algorithms.prodigy import ProdigyState as ProdigyState
 from optx._src.algorithms.prodigy import prodigy as prodigy
 from optx._src.algorithms.prodigy import scale_by_prodigy as scale_by_prodigy

@@ -155,7 +155,7 @@ class Argument:
             items[self.index] = value
             arguments[self.name] = tuple(items)
         bound = inspect.BoundArguments(self.call.signature, arguments)  # type: ignore[arg-type]
-        fn = getattr(optx, self.factory)
+        fn = getattr(*registry.resolve(self.factory))
         return lambda: fn(*bound.args, **bound.kwargs)
 
     @property
@@ -165,7 +165,8 @@ class Argument:
 
 def _recorded_call(entry: registry.Entry) -> inspect.BoundArguments:
     """The arguments of the call of ``optx.<public>`` that the entry's factory makes."""
-    fn = getattr(optx, entry.public)
+    namespace, name = registry.resolve(entry.public)
+    fn = getattr(namespace, name)
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
 
     def recorder(*args: Any, **kwargs: Any) -> Any:
@@ -173,11 +174,11 @@ def _recorded_call(entry: registry.Entry) -> inspect.BoundArguments:
             calls.append((args, kwargs))
         return fn(*args, **kwargs)
 
-    setattr(optx, entry.public, recorder)
+    setattr(namespace, name, recorder)
     try:
         entry()
     finally:
-        setattr(optx, entry.public, fn)
+        setattr(namespace, name, fn)
     args, kwargs = calls[0] if calls else ((), {})  # registered as the factory itself
     bound = inspect.signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
