@@ -17,6 +17,7 @@ from optx._src.base import (
     transform,
 )
 from optx._src.combine import accepts_extra, call_update
+from optx._src.tree import is_none, path_name
 
 
 class _RealPair(NamedTuple):
@@ -40,6 +41,18 @@ def _merge(x: Any) -> Any:
 
 def _is_pair(x: Any) -> bool:
     return isinstance(x, _RealPair)
+
+
+def _check_complex(api: str, updates: Any, params: Any) -> None:
+    """Refuses a complex update of a real parameter: it would become a pair, not a leaf."""
+    checks.same_tree(f"{api}.update", params, updates, "params", "updates", allow_none=True)
+    flat = jax.tree_util.tree_flatten_with_path(updates, is_leaf=is_none)[0]
+    for (path, u), p in zip(flat, jax.tree.leaves(params, is_leaf=is_none), strict=True):
+        if u is not None and jnp.iscomplexobj(u) and p is not None and not jnp.iscomplexobj(p):
+            raise TypeError(
+                f"`{api}.update` needs real updates for real parameters. Received: "
+                f"updates[{path_name(path)!r}] of dtype {u.dtype}."
+            )
 
 
 class SplitRealAndImaginaryState(NamedTuple):
@@ -70,6 +83,8 @@ class SplitRealAndImaginary(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, SplitRealAndImaginaryState]:
+        if params is not None:
+            _check_complex(self.name, updates, params)
         split_params = None if params is None else jax.tree.map(_split, params)
         out, inner_state = call_update(
             self.inner,

@@ -210,8 +210,10 @@ class ScaleByGalore(Transform):
     def update(
         self, updates: Updates, state: GaLoreState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, GaLoreState]:
-        del params
         api = f"{self.name}.update"
+        if params is not None:
+            # The parameters' shapes, which the state does not keep.
+            checks.same_tree(api, updates, params, "updates", "params")
         checks.float_updates(api, updates)
         leaves, treedef = jax.tree.flatten(updates)
         if treedef != jax.tree.structure(state.projector):
@@ -219,12 +221,20 @@ class ScaleByGalore(Transform):
         refresh = state.count % self.update_proj_gap == 0
         views = self._views(updates)
         low, projectors = [], []
-        for g, old, view in zip(leaves, treedef.flatten_up_to(state.projector), views, strict=True):
+        flat = jax.tree_util.tree_flatten_with_path(updates)[0]
+        olds = treedef.flatten_up_to(state.projector)
+        for (path, g), old, view in zip(flat, olds, views, strict=True):
             if view is None:
                 low.append(g)
                 projectors.append(old)
                 continue
-            perm, mn, _, left = view
+            perm, mn, shape, left = view
+            if old.shape != shape:
+                raise ValueError(
+                    f"`{api}` needs updates with the shapes of the parameters at init. "
+                    f"Received: updates[{path_name(path)!r}] of shape {jnp.shape(g)}, whose "
+                    f"projector would be {shape}; the state's is {old.shape}."
+                )
             g2 = _to_matrix(g, perm, mn)
             r = old.shape[1]
 

@@ -24,7 +24,7 @@ from optx._src.combine import Chain, chain
 from optx._src.keys import KeySpec, initial_key_data, key_spec, wrap_key
 from optx._src.momentum import Trace
 from optx._src.scaling import scale_by_learning_rate
-from optx._src.tree import path_name
+from optx._src.tree import is_none, path_name
 
 
 class DifferentiallyPrivateAggregateState(NamedTuple):
@@ -76,9 +76,12 @@ class DifferentiallyPrivateAggregate(Transform):
         del params, extra
         api = f"{self.name}.update"
         checks.float_updates(api, updates)
-        flat, treedef = jax.tree_util.tree_flatten_with_path(updates)
-        bsize = _batch_size(api, flat)
-        grads = [g for _, g in flat]
+        flat, treedef = jax.tree_util.tree_flatten_with_path(updates, is_leaf=is_none)
+        present = [(p, g) for p, g in flat if g is not None]
+        if not present:  # nothing to aggregate: no key is drawn
+            return updates, state
+        bsize = _batch_size(api, present)
+        grads = [g for _, g in present]
         h = state.hyperparams
         clip = h["l2_norm_clip"]
         # Each example's global norm over all leaves, then one factor per example.
@@ -94,7 +97,8 @@ class DifferentiallyPrivateAggregate(Transform):
             noise = jax.random.normal(k, total.shape, g.dtype)
             return ((total + std * noise) / bsize).astype(g.dtype)
 
-        out = [noisy(g, k) for g, k in zip(grads, keys, strict=True)]
+        noised = iter([noisy(g, k) for g, k in zip(grads, keys, strict=True)])
+        out = [None if g is None else next(noised) for _, g in flat]
         new_state = DifferentiallyPrivateAggregateState(jax.random.key_data(key), h)
         return jax.tree.unflatten(treedef, out), new_state
 
@@ -117,10 +121,11 @@ def differentially_private_aggregate(
        \Bigr) + \sigma C\,\xi\Bigr), \qquad \xi \sim \mathcal N(0, I)
 
     where :math:`\lVert g_i \rVert` is example :math:`i`'s norm over all leaves. The
-    updates come out without the batch axis. The noise is a deterministic function of the
-    key: each update splits the key in the state into the next key and one key per leaf,
-    as optax does, so the same seed gives optax's noise. Put this transform first in a
-    chain: it needs the per-example gradients, which gradient accumulation would sum.
+    updates come out without the batch axis; ``None`` leaves pass through. The noise is a
+    deterministic function of the key: each update splits the key in the state into the
+    next key and one key per leaf, as optax does, so the same seed gives optax's noise.
+    Put this transform first in a chain: it needs the per-example gradients, which
+    gradient accumulation would sum.
 
     Args:
       l2_norm_clip: :math:`C \ge 0`, the largest norm of one example's gradient.
@@ -188,8 +193,8 @@ def dpsgd(
 
     Raises:
       ValueError: an argument is out of range.
-      TypeError: ``seed`` is neither an int nor a typed PRNG key, or ``nesterov`` is not a
-        bool.
+      TypeError: ``seed`` is neither an int nor a typed PRNG key (``None`` included), or
+        ``nesterov`` is not a bool.
 
     Example:
       >>> import jax, jax.numpy as jnp, optx
@@ -205,6 +210,11 @@ def dpsgd(
     """
     with hp.caller("dpsgd"):
         nesterov = checks.flag("dpsgd", "nesterov", nesterov)
+        if seed is None:
+            raise TypeError(
+                "`dpsgd` needs seed to be an int seed or a typed PRNG key (the noise must be "
+                "reproducible). Received: seed=None."
+            )
         velocity = (
             identity()
             if momentum is None

@@ -138,6 +138,7 @@ class Sam(Transform):
         if self.opaque_mode:
             return self._opaque(updates, state, params, grad_fn, extra)
         checks.same_tree(api, updates, state.cache, "updates", "the state")
+        checks.same_tree(api, params, state.cache, "params", "the state")
         first = state.steps_since_sync == 0
         last = state.steps_since_sync == self.sync_period - 1
         adv, opt = self.adv_optimizer, self.optimizer
@@ -179,6 +180,7 @@ class Sam(Transform):
                 "opaque_mode=True. Received: grad_fn=None. Call "
                 "`update(grads, state, params, grad_fn=grad_fn)`."
             )
+        checks.same_tree(f"{self.name}.update", params, updates, "params", "updates")
         adv, opt = self.adv_optimizer, self.optimizer
         adv_params, grads, adv_state = params, updates, state.adv_state
         # The adversarial steps run here, unseen by the caller; only the outer step leaves.
