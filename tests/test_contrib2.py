@@ -390,7 +390,7 @@ def test_galore_default_base_is_scale_by_adam() -> None:
     tx = optx.contrib.scale_by_galore(rank=2)
     state = tx.init(params)
     assert state.projector["w"].shape == (5, 2)  # m >= n: left vectors
-    assert state.projector["v"].shape == (0, 0) and state.projector["b"].shape == (0, 0)
+    assert state.projector["v"] is None and state.projector["b"] is None
     assert state.base_optimizer_state.mu["w"].shape == (2, 3)
     dims = optx.contrib.GaLoreDimensionNumbers(reduction_axis=(0, 2), output_axis=1)
     tree = {"w": None, "v": dims, "b": None}
@@ -411,7 +411,7 @@ def test_galore_dimension_numbers_tree_and_callable() -> None:
     )
     assert hash(tx) == hash(same) and tx == same
     state = tx.init(params)
-    assert state.projector["w"].shape == (6, 1) and state.projector["u"].shape == (0, 0)
+    assert state.projector["w"].shape == (6, 1) and state.projector["u"] is None
     grads = {"w": jnp.arange(12.0).reshape(2, 6), "u": jnp.ones((4, 4))}
     theirs = optax.contrib.scale_by_galore(
         rank=1, base_optimizer=adam[1], weight_dimension_numbers=tree

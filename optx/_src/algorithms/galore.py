@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from optx._src import checks, placement
 from optx._src import hyperparams as hp
@@ -28,7 +29,7 @@ from optx._src.base import (
 )
 from optx._src.combine import Chain, MaskSpec, accepts_extra, call_update, chain
 from optx._src.scaling import scale_by_learning_rate
-from optx._src.tree import path_name
+from optx._src.tree import is_none, path_name
 from optx._src.weight_decay import add_decayed_weights
 
 
@@ -102,7 +103,8 @@ class GaLoreState(NamedTuple):
       count: steps taken (saturating int32).
       base_optimizer_state: the base optimizer's state, on the projected gradients (the
         other leaves at full size).
-      projector: per parameter, its projection matrix (shape ``(0, 0)`` where none).
+      projector: per parameter, its projection matrix; ``None`` where it is not projected
+        (optax keeps a ``(0, 0)`` array there, which checkpoints refuse).
       hyperparams: ``scale``.
     """
 
@@ -154,16 +156,18 @@ class ScaleByGalore(Transform):
     def _dims(self, tree: Any) -> list[Any]:
         """Per leaf of ``tree``: its `GaLoreDimensionNumbers`, or None (not projected)."""
         dims = self.weight_dimension_numbers
-        leaves = jax.tree.leaves(tree)
+        leaves, treedef = jax.tree.flatten(tree, is_leaf=is_none)
         if dims is None:
-            return [GaLoreDimensionNumbers() if jnp.ndim(x) == 2 else None for x in leaves]
+            return [
+                GaLoreDimensionNumbers() if x is not None and np.ndim(x) == 2 else None
+                for x in leaves
+            ]
         if isinstance(dims, GaLoreDimensionNumbers):
-            return [dims if jnp.ndim(x) >= 2 else None for x in leaves]
+            return [dims if x is not None and np.ndim(x) >= 2 else None for x in leaves]
         if isinstance(dims, _DimNums):
             dims = jax.tree.unflatten(dims.treedef, dims.leaves)
         else:
             dims = dims(tree)
-        treedef = jax.tree.structure(tree)
         try:
             return treedef.flatten_up_to(dims)
         except (ValueError, TypeError) as error:
@@ -175,10 +179,10 @@ class ScaleByGalore(Transform):
 
     def _views(self, tree: Any) -> list[Any]:
         """Per leaf: None, or (transposition, matrix shape, projector shape, left)."""
-        flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+        flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_none)[0]
         out = []
         for (path, x), dim in zip(flat, self._dims(tree), strict=True):
-            if dim is None:
+            if dim is None or x is None:
                 out.append(None)
                 continue
             perm, (m, n) = _matrix_view(self.name, path_name(path), jnp.shape(x), dim)
@@ -189,12 +193,12 @@ class ScaleByGalore(Transform):
 
     def init(self, params: Params) -> GaLoreState:
         checks.float_params(f"{self.name}.init", params)
-        leaves, treedef = jax.tree.flatten(params)
+        leaves, treedef = jax.tree.flatten(params, is_leaf=is_none)
         projectors, proxies = [], []
         for p, view in zip(leaves, self._views(params), strict=True):
             if view is None:
-                projectors.append(jnp.zeros((0, 0), p.dtype))
-                proxies.append(placement.zeros_like(p))
+                projectors.append(None)
+                proxies.append(None if p is None else placement.zeros_like(p))
                 continue
             _, (m, n), (_, r), left = view
             projectors.append(jnp.zeros((m, r) if left else (n, r), p.dtype))
@@ -215,16 +219,22 @@ class ScaleByGalore(Transform):
             # The parameters' shapes, which the state does not keep.
             checks.same_tree(api, updates, params, "updates", "params")
         checks.float_updates(api, updates)
-        leaves, treedef = jax.tree.flatten(updates)
-        if treedef != jax.tree.structure(state.projector):
+        leaves, treedef = jax.tree.flatten(updates, is_leaf=is_none)
+        if treedef != jax.tree.structure(state.projector, is_leaf=is_none):
             checks.same_tree(api, updates, state.projector, "updates", "the state")
         refresh = state.count % self.update_proj_gap == 0
         views = self._views(updates)
         low, projectors = [], []
-        flat = jax.tree_util.tree_flatten_with_path(updates)[0]
-        olds = treedef.flatten_up_to(state.projector)
+        flat = jax.tree_util.tree_flatten_with_path(updates, is_leaf=is_none)[0]
+        olds = jax.tree.leaves(state.projector, is_leaf=is_none)
         for (path, g), old, view in zip(flat, olds, views, strict=True):
-            if view is None:
+            if g is None and old is not None:
+                raise ValueError(
+                    f"`{api}` needs an array for every projected parameter. Received: "
+                    f"updates[{path_name(path)!r}]=None (a parameter without a gradient). "
+                    f"Wrap the transform in `optx.skip_missing(...)`."
+                )
+            if view is None or old is None:
                 low.append(g)
                 projectors.append(old)
                 continue
@@ -258,8 +268,9 @@ class ScaleByGalore(Transform):
         )
         scale = state.hyperparams["scale"]
         out = []
-        for u, p, g, view in zip(jax.tree.leaves(low_u), projectors, leaves, views, strict=True):
-            if view is None:
+        low_leaves = treedef.flatten_up_to(low_u)
+        for u, p, g, view in zip(low_leaves, projectors, leaves, views, strict=True):
+            if view is None or p is None:
                 out.append(u)
                 continue
             perm, _, _, left = view
