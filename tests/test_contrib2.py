@@ -45,15 +45,16 @@ WD = 2.0**-5
 
 
 def nested_params() -> Any:
-    """A nested float32 pytree: dicts and a list, matrices, vectors, a 3-D kernel, a scalar."""
+    """A nested float32 pytree: dicts and a list, a matrix, a 3-D kernel, a scalar."""
     rng = np.random.default_rng(0)
 
     def normal(*shape: int) -> jax.Array:
         return jnp.asarray(rng.standard_normal(shape), jnp.float32)
 
+    # Three leaves (compiling a 100-step scan costs about a second per leaf and side).
     return {
-        "dense": {"kernel": normal(6, 4), "bias": normal(4)},
-        "blocks": [{"conv": normal(2, 3, 5)}, normal(5)],
+        "dense": {"kernel": normal(6, 4)},
+        "blocks": [{"conv": normal(2, 3, 5)}],
         "scale": normal(),
     }
 
@@ -107,13 +108,9 @@ def run64(tx: Any, apply_updates: Any, params: Any, grads: Any) -> tuple:
 
 
 def galore_dims(lib: Any) -> Any:
-    """Project the kernel as it is and the 3-D conv as (2, 3 * 5); not the vectors."""
+    """Project the kernel as it is and the 3-D conv as (2, 3 * 5); not the scalar."""
     d = lib.contrib.GaLoreDimensionNumbers
-    return {
-        "dense": {"kernel": d(), "bias": None},
-        "blocks": [{"conv": d(0, (1, 2))}, None],
-        "scale": None,
-    }
+    return {"dense": {"kernel": d()}, "blocks": [{"conv": d(0, (1, 2))}], "scale": None}
 
 
 def galore_base() -> Any:
@@ -128,16 +125,6 @@ PARITY = {
         lambda: optax.contrib.acprop(LR, B1, B2, EPS, 2.0**-30, WD, kernel_mask),
         # The previous step's 1 / (1 - b2^(t-1)): 3 + 1 roundings, halved by the root.
         2,
-    ),
-    "scale_by_acprop": (
-        lambda: optx.chain(optx.contrib.scale_by_acprop(B1, B2, 0.0, 0.0), optx.scale(-LR)),
-        lambda: optax.chain(optax.contrib.scale_by_acprop(B1, B2, 0.0, 0.0), optax.scale(-LR)),
-        2,
-    ),
-    "simplified_ademamix": (
-        lambda: optx.contrib.simplified_ademamix(LR, B1, B2, 2.0, EPS, 2.0**-30, WD),
-        lambda: optax.contrib.simplified_ademamix(LR, B1, B2, 2.0, EPS, 2.0**-30, WD),
-        2,  # 1 / (1 - b2^t), halved by the root
     ),
     "simplified_ademamix_schedule": (
         lambda: optx.contrib.simplified_ademamix(LR, 0.5, B2, alpha_schedule, mask=kernel_mask),
@@ -190,7 +177,7 @@ def case_data(case: str) -> tuple[Any, Any]:
     if case == "dpsgd":
         # Each leaf's noise is a threefry draw that XLA:CPU takes a second to compile: two
         # leaves (a nested dict, a matrix and a scalar), three examples a step.
-        params = {"dense": {"kernel": params["dense"]["kernel"]}, "scale": params["scale"]}
+        params = {"dense": params["dense"], "scale": params["scale"]}
         return params, step_grads(params, batch=3)
     return params, step_grads(params)
 
@@ -264,8 +251,7 @@ def numpy_madgrad(x0, grads, lr, momentum, eps, wd):
     return np.stack(out), worst
 
 
-@pytest.mark.parametrize("wd", [0.0, WD])
-def test_madgrad_matches_optax_and_numpy(wd: float) -> None:
+def test_madgrad_matches_optax_and_numpy() -> None:
     """MADGRAD's ``lambda_k = (lr + eps) sqrt(k + 1)``: optx computes it in float32 (3
     roundings: the sum, the root, the product) and optax perhaps the root (1): each
     ``lambda_k`` off by ``d <= 4 EPS32 / 2`` relative. Then ``G`` (a sum of positive terms)
@@ -274,8 +260,8 @@ def test_madgrad_matches_optax_and_numpy(wd: float) -> None:
     sigma`` and the parameters, an average of the ``z`` with weights summing to at most 1,
     by ``2 d max_k S_k / sigma_k`` (rounded up). Plus float64 round-off.
     """
-    lr, momentum, eps = LR, B1, 2.0**-20
-    params = {"w": nested_params()["dense"]["kernel"], "b": nested_params()["blocks"][1]}
+    lr, momentum, eps, wd = LR, B1, 2.0**-20, WD
+    params = {"w": nested_params()["dense"]["kernel"], "b": nested_params()["scale"]}
     grads = step_grads(params)
     tx = optx.contrib.madgrad(lr, momentum, wd, eps)
     ours, _ = run64(tx, optx.apply_updates, params, grads)

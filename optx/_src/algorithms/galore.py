@@ -245,7 +245,9 @@ class ScaleByGalore(Transform):
                     f"Received: updates[{path_name(path)!r}] of shape {jnp.shape(g)}, whose "
                     f"projector would be {shape}; the state's is {old.shape}."
                 )
-            g2 = _to_matrix(g, perm, mn)
+            # Whole on every device where the mesh types it sharded (`Explicit` axes): an SVD
+            # needs an unsharded input, and the reshape would mix sharded axes.
+            g2 = _to_matrix(placement.gathered(g), perm, mn)
             r = old.shape[1]
 
             def fresh(g2: jax.Array = g2, r: int = r, left: bool = left) -> jax.Array:
