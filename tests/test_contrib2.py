@@ -167,7 +167,7 @@ PARITY = {
     "dpsgd": (
         lambda: optx.contrib.dpsgd(LR, 1.0, 0.5, seed=3, momentum=B1, nesterov=True),
         lambda: optax.contrib.dpsgd(LR, 1.0, 0.5, seed=3, momentum=B1, nesterov=True),
-        0,  # the same key splits give the same noise
+        0,  # the same key splits give the same noise (std 0.5: any other noise fails)
     ),
 }
 
@@ -315,7 +315,7 @@ def test_sam_opaque_mode_matches_optax() -> None:
             p = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), params)
             state = tx.init(p)
             step = jax.jit(lambda g, s, p: tx.update(g, s, p, grad_fn=grad_fn))
-            for _ in range(20):
+            for _ in range(5):
                 u, state = step(grad_fn(p, 0), state, p)
                 p = apply(p, u)
             return jax.tree.map(np.asarray, p), state
@@ -326,8 +326,8 @@ def test_sam_opaque_mode_matches_optax() -> None:
 
     ours, state = run(make(optx, optx.contrib), optx.apply_updates)
     theirs, _ = run(make(optax, optax.contrib), optax.apply_updates)
-    # Float64 round-off only: 20 steps, each 3 gradient evaluations of ~10 roundings.
-    assert_close("sam opaque", ours, theirs, 20 * 3 * 32 * EPS64)
+    # Float64 round-off only: 5 steps, each 3 gradient evaluations of ~10 roundings.
+    assert_close("sam opaque", ours, theirs, 5 * 3 * 32 * EPS64)
     assert state.cache is None and int(state.steps_since_sync) == 0
 
 
@@ -411,7 +411,7 @@ def test_galore_dimension_numbers_tree_and_callable() -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# Differential privacy: the same noise as optax for the same seed; clipping.
+# Differential privacy: clipping and noise (the same noise as optax: `test_matches_optax`).
 
 
 def test_dp_aggregate_clips_per_example_exactly() -> None:
@@ -434,19 +434,6 @@ def test_dp_aggregate_noise_statistics() -> None:
     # deviation's std / 200; 5 standard errors.
     assert abs(float(jnp.mean(u["w"]))) < 5 * std / 141
     assert abs(float(jnp.std(u["w"])) - std) < 5 * std / 200
-
-
-def test_dp_aggregate_same_noise_as_optax_for_the_same_key() -> None:
-    grads = {"a": jnp.ones((2, 3)), "b": [jnp.ones((2, 2, 2))]}
-    ours = optx.contrib.differentially_private_aggregate(1.0, 2.0, key=jax.random.key(5))
-    theirs = optax.contrib.differentially_private_aggregate(1.0, 2.0, key=jax.random.key(5))
-    s, s_ref = ours.init(None), theirs.init(None)
-    for _ in range(3):
-        u, s = ours.update(grads, s)
-        u_ref, s_ref = theirs.update(grads, s_ref)
-        # Noise of std 2 and clipped sums: a few roundings of each value.
-        assert_close("dp noise", u, u_ref, 8 * EPS32)
-    np.testing.assert_array_equal(s.rng_key, jax.random.key_data(s_ref.rng_key))
 
 
 # ---------------------------------------------------------------------------------------
