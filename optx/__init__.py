@@ -281,3 +281,24 @@ from optx._src.suggest import check_keywords as _check_keywords
 
 _check_keywords(__name__)
 del _check_keywords
+
+
+# optax keeps these at its top level as deprecated aliases of `optax.contrib`'s: so does optx.
+_DEPRECATED = {
+    "differentially_private_aggregate": "optx.contrib.differentially_private_aggregate",
+    "DifferentiallyPrivateAggregateState": "optx.contrib.DifferentiallyPrivateAggregateState",
+    "dpsgd": "optx.contrib.dpsgd",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _DEPRECATED:
+        import warnings
+
+        warnings.warn(
+            f"optx.{name} is deprecated (as in optax): use {_DEPRECATED[name]}.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(contrib, name)
+    raise AttributeError(f"module 'optx' has no attribute {name!r}")

@@ -65,6 +65,19 @@ class Entry:
 REGISTRY: dict[str, Entry] = {}
 
 
+def resolve(public: str) -> tuple[Any, str]:
+    """The namespace holding the factory ``public`` and its name there.
+
+    ``"adam"`` is ``(optx, "adam")``; a name optax has only in a submodule is registered
+    with its path, ``"contrib.madgrad"``: ``(optx.contrib, "madgrad")``.
+    """
+    *path, name = public.split(".")
+    namespace: Any = optx
+    for part in path:
+        namespace = getattr(namespace, part)
+    return namespace, name
+
+
 def register(
     key: str,
     factory: Callable[[], optx.Transform],

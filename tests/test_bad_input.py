@@ -146,6 +146,11 @@ class Argument:
     call: inspect.BoundArguments
     annotation: str
 
+    @property
+    def api(self) -> str:
+        """The factory's name as messages show it (``acprop`` for ``contrib.acprop``)."""
+        return registry.resolve(self.factory)[1]
+
     def with_value(self, value: Any) -> Callable[[], Any]:
         arguments = dict(self.call.arguments)
         if self.index is None:
@@ -155,7 +160,7 @@ class Argument:
             items[self.index] = value
             arguments[self.name] = tuple(items)
         bound = inspect.BoundArguments(self.call.signature, arguments)  # type: ignore[arg-type]
-        fn = getattr(optx, self.factory)
+        fn = getattr(*registry.resolve(self.factory))
         return lambda: fn(*bound.args, **bound.kwargs)
 
     @property
@@ -165,7 +170,8 @@ class Argument:
 
 def _recorded_call(entry: registry.Entry) -> inspect.BoundArguments:
     """The arguments of the call of ``optx.<public>`` that the entry's factory makes."""
-    fn = getattr(optx, entry.public)
+    namespace, name = registry.resolve(entry.public)
+    fn = getattr(namespace, name)
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
 
     def recorder(*args: Any, **kwargs: Any) -> Any:
@@ -173,11 +179,11 @@ def _recorded_call(entry: registry.Entry) -> inspect.BoundArguments:
             calls.append((args, kwargs))
         return fn(*args, **kwargs)
 
-    setattr(optx, entry.public, recorder)
+    setattr(namespace, name, recorder)
     try:
         entry()
     finally:
-        setattr(optx, entry.public, fn)
+        setattr(namespace, name, fn)
     args, kwargs = calls[0] if calls else ((), {})  # registered as the factory itself
     bound = inspect.signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
@@ -276,7 +282,7 @@ def test_factory_argument_of_wrong_type_not_finite_or_out_of_range(argument: Arg
                 f"optx.{argument.factory}({argument.name}={JUST_OUTSIDE[rule]!r})",
                 argument.with_value(JUST_OUTSIDE[rule]),
                 ValueError,
-                (f"`{argument.factory}`", argument.name, rule, repr(JUST_OUTSIDE[rule])),
+                (f"`{argument.api}`", argument.name, rule, repr(JUST_OUTSIDE[rule])),
             )
         )
     for bad in bad_values:
@@ -285,7 +291,7 @@ def test_factory_argument_of_wrong_type_not_finite_or_out_of_range(argument: Arg
                 f"optx.{argument.factory}({argument.shown}={bad!r})",
                 argument.with_value(bad),
                 # A tuple's element: the message may show the whole tuple.
-                fragments=(f"`{argument.factory}`", argument.name, repr(bad)),
+                fragments=(f"`{argument.api}`", argument.name, repr(bad)),
             )
         )
     assert_no_failures(failures)
@@ -300,7 +306,7 @@ def test_factory_argument_out_of_its_declared_range(data: st.DataObject) -> None
         f"optx.{argument.factory}({argument.name}={value!r})",
         argument.with_value(value),
         ValueError,
-        (f"`{argument.factory}`", argument.name, rule, repr(value)),
+        (f"`{argument.api}`", argument.name, rule, repr(value)),
     )
     assert failure is None, failure
 
@@ -322,7 +328,7 @@ def test_factory_argument_that_is_junk(argument: Argument, junk: Any) -> None:
     failure = check_error(
         f"optx.{argument.factory}({argument.name}=<{type(junk).__name__} {junk!r:.40}>)",
         argument.with_value(junk),
-        fragments=(f"`{argument.factory}`", argument.name),
+        fragments=(f"`{argument.api}`", argument.name),
     )
     assert failure is None, failure
 

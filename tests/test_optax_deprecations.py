@@ -41,3 +41,11 @@ def test_messages_name_the_replacement() -> None:
         optx.optimistic_adam(0.1)
     with pytest.warns(DeprecationWarning, match=re.escape("pass key=1 instead")):
         optx.add_noise(0.1, 0.5, seed=1)
+
+
+@pytest.mark.parametrize("name", ["dpsgd", "differentially_private_aggregate"])
+def test_top_level_privacy_names_are_deprecated_aliases_as_in_optax(name) -> None:
+    with pytest.warns(DeprecationWarning, match=re.escape(f"use optx.contrib.{name}")):
+        ours = getattr(optx, name)
+    assert ours is getattr(optx.contrib, name)
+    assert name not in dir(optx) and name not in dir(optax)

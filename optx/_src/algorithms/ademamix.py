@@ -1,4 +1,8 @@
-"""AdEMAMix: Adam with a mixture of a fast and a slow momentum, `scale_by_ademamix`, `ademamix`."""
+"""AdEMAMix: Adam with a mixture of a fast and a slow momentum.
+
+`scale_by_ademamix` and `ademamix`; `scale_by_simplified_ademamix` and `simplified_ademamix`
+(one momentum, mixed with the current gradient). Both divide by Adam's denominator.
+"""
 
 from __future__ import annotations
 
@@ -19,10 +23,21 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, MaskSpec, chain
-from optx._src.moments import adam_scalars, decay_pair, unzip, zeros_like
+from optx._src.moments import AdamScalars, adam_scalars, decay_pair, unzip, zeros_like
 from optx._src.options import dtype_options
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
+
+
+def _adam_denominator(
+    s: AdamScalars, g: jax.Array, v: jax.Array, k2: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Adam's second moment and denominator: ``(nu_t, sqrt(k2 * nu_t + eps_root) + eps)``.
+
+    ``k2`` is ``1 / (1 - b2**t)``, computed once per step.
+    """
+    new_v = s.c2 * jnp.square(g) + s.b2 * v
+    return new_v, jnp.sqrt(new_v * k2 + s.eps_root) + s.eps
 
 
 class ScaleByAdemamixState(NamedTuple):
@@ -77,8 +92,8 @@ class ScaleByAdemamix(Transform):
         def leaf(g: jax.Array, m1: jax.Array, m2: jax.Array, v: jax.Array) -> tuple[Any, ...]:
             new_m1 = s.c1 * g + s.b1 * m1
             new_m2 = c3 * g + b3 * m2
-            new_v = s.c2 * jnp.square(g) + s.b2 * v
-            u = (new_m1 * k1 + alpha * new_m2) / (jnp.sqrt(new_v * k2 + s.eps_root) + s.eps)
+            new_v, denominator = _adam_denominator(s, g, v, k2)
+            u = (new_m1 * k1 + alpha * new_m2) / denominator
             return (
                 u.astype(g.dtype),
                 new_m1.astype(m1.dtype),
@@ -207,6 +222,171 @@ def ademamix(
     with hp.caller("ademamix"):
         return chain(
             scale_by_ademamix(b1, b2, b3, alpha, eps, eps_root, mu_dtype),
+            add_decayed_weights(weight_decay, mask),
+            scale_by_learning_rate(learning_rate),
+        )
+
+
+class ScaleBySimplifiedAdEMAMixState(NamedTuple):
+    r"""State of `scale_by_simplified_ademamix`.
+
+    Attributes:
+      count: steps taken (saturating int32; optax calls it ``t``).
+      m: the accumulated momentum :math:`m_t = \beta_1 m_{t-1} + g_t`.
+      n: the second moment (an EMA of the squared gradients).
+      hyperparams: ``b1``, ``b2``, ``alpha``, ``eps``, ``eps_root``.
+    """
+
+    count: jax.Array
+    m: Updates
+    n: Updates
+    hyperparams: dict[str, jax.Array]
+
+
+@transform
+class ScaleBySimplifiedAdemamix(Transform):
+    """See `scale_by_simplified_ademamix`."""
+
+    name = "scale_by_simplified_ademamix"
+    elementwise = True
+    b1: ScalarOrSchedule = hp.field(0.99, hp.UNIT_OPEN, decay=True)
+    b2: ScalarOrSchedule = hp.field(0.95, hp.UNIT_OPEN, decay=True)
+    alpha: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
+    eps: ScalarOrSchedule = hp.field(1e-8, hp.NONNEG)
+    eps_root: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
+
+    def init(self, params: Params) -> ScaleBySimplifiedAdEMAMixState:
+        checks.float_params(f"{self.name}.init", params)
+        zeros = zeros_like(params, None)
+        return ScaleBySimplifiedAdEMAMixState(zero_count(), zeros, zeros, self.init_hyperparams())
+
+    def update(
+        self,
+        updates: Updates,
+        state: ScaleBySimplifiedAdEMAMixState,
+        params: Params | None = None,
+        **extra: Any,
+    ) -> tuple[Updates, ScaleBySimplifiedAdEMAMixState]:
+        del params, extra
+        checks.same_tree(f"{self.name}.update", updates, state.m, "updates", "the state")
+        s = adam_scalars(state.hyperparams, state.count)
+        alpha = s.hyperparams["alpha"]
+        k2 = 1 / s.bias_correction("b2")
+
+        def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
+            # An accumulation, not an average: 1 / (1 - b1) times an EMA of g.
+            new_m = g + s.b1 * m
+            new_v, denominator = _adam_denominator(s, g, v, k2)
+            u = (new_m + alpha * g) / denominator
+            return u.astype(g.dtype), new_m.astype(m.dtype), new_v.astype(v.dtype)
+
+        u, m, n = unzip(jax.tree.map(leaf, updates, state.m, state.n), updates, 3)
+        return u, ScaleBySimplifiedAdEMAMixState(s.count, m, n, s.hyperparams)
+
+
+def scale_by_simplified_ademamix(
+    b1: float = 0.99,
+    b2: float = 0.95,
+    alpha: ScalarOrSchedule = 0.0,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+) -> ScaleBySimplifiedAdemamix:
+    r"""Rescales updates by Simplified AdEMAMix: one momentum, mixed with the gradient.
+
+    .. math::
+       m_t = \beta_1 m_{t-1} + g_t, \quad
+       \nu_t = \beta_2 \nu_{t-1} + (1-\beta_2) g_t^2, \quad
+       u_t = \frac{m_t + \alpha\, g_t}{\sqrt{\nu_t / (1-\beta_2^t) + \bar\epsilon}
+       + \epsilon}
+
+    with :math:`\beta_1, \beta_2, \alpha, \epsilon, \bar\epsilon` = ``b1``, ``b2``,
+    ``alpha``, ``eps``, ``eps_root``. :math:`m` sums the gradients with weights
+    :math:`\beta_1^k` (no :math:`1 - \beta_1` factor, no bias correction), so its size is
+    up to :math:`1/(1-\beta_1)` times the gradient's: scale the learning rate down
+    accordingly. With :math:`\alpha = 0` this is Adam without the first moment's
+    correction, its learning rate multiplied by :math:`1/(1-\beta_1)`.
+
+    Args:
+      b1: decay of the momentum, in [0, 1).
+      b2: decay of the second moment, in [0, 1).
+      alpha: weight :math:`\alpha \ge 0` of the current gradient, or a schedule.
+      eps: added to the denominator outside the square root, >= 0.
+      eps_root: added inside the square root, >= 0.
+
+    Returns:
+      The transform; its five arguments are dynamic hyperparameters.
+
+    Raises:
+      ValueError: a beta is outside [0, 1), or ``alpha``, ``eps`` or ``eps_root`` is
+        negative.
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> tx = optx.contrib.scale_by_simplified_ademamix(alpha=1.0, eps=0.0)
+      >>> updates, _ = tx.update({"w": jnp.array([2.0, -3.0])}, tx.init({"w": jnp.zeros(2)}))
+      >>> updates["w"].round(4)  # (g + alpha g) / |g|
+      Array([ 2., -2.], dtype=float32)
+
+    References:
+      Morwani, Vyas, Kakade et al., "Connections between Schedule-Free Optimizers,
+      AdEMAMix, and Accelerated SGD Variants", arXiv:2502.02431, 2025.
+    """
+    return ScaleBySimplifiedAdemamix(b1, b2, alpha, eps, eps_root)
+
+
+def simplified_ademamix(
+    learning_rate: ScalarOrSchedule,
+    b1: float = 0.99,
+    b2: float = 0.95,
+    alpha: ScalarOrSchedule = 0.0,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+    weight_decay: float = 0.0,
+    mask: MaskSpec | None = None,
+) -> Chain:
+    r"""Simplified AdEMAMix, with decoupled weight decay.
+
+    .. math:: \theta_t = \theta_{t-1} - \eta_t\,\bigl(u_t + \lambda\,\theta_{t-1}\bigr)
+
+    with :math:`u_t` of `scale_by_simplified_ademamix`, :math:`\eta` = ``learning_rate``
+    and :math:`\lambda` = ``weight_decay``.
+
+    Args:
+      learning_rate: :math:`\eta`, a non-negative number or a schedule.
+      b1: decay of the momentum, in [0, 1).
+      b2: decay of the second moment, in [0, 1).
+      alpha: weight of the current gradient, >= 0, or a schedule.
+      eps: added to the denominator outside the square root, >= 0.
+      eps_root: added inside the square root, >= 0.
+      weight_decay: :math:`\lambda \ge 0`.
+      mask: which parameters to decay (see `add_decayed_weights`); ``None`` decays all.
+
+    Returns:
+      ``chain(scale_by_simplified_ademamix(...), add_decayed_weights(weight_decay, mask),
+      scale_by_learning_rate(learning_rate))``.
+
+    Raises:
+      ValueError: an argument is out of range (see `scale_by_simplified_ademamix`).
+
+    Example:
+      >>> import jax, jax.numpy as jnp, optx
+      >>> params = jnp.array([1.0, -2.0])
+      >>> tx = optx.contrib.simplified_ademamix(0.005, b1=0.9, alpha=2.0)
+      >>> state = tx.init(params)
+      >>> loss = lambda p: jnp.sum(p**2)
+      >>> for _ in range(200):
+      ...     updates, state = tx.update(jax.grad(loss)(params), state, params)
+      ...     params = optx.apply_updates(params, updates)
+      >>> bool(loss(params) < 0.05)  # from 5.0
+      True
+
+    References:
+      Morwani, Vyas, Kakade et al., "Connections between Schedule-Free Optimizers,
+      AdEMAMix, and Accelerated SGD Variants", arXiv:2502.02431, 2025.
+    """
+    with hp.caller("simplified_ademamix"):
+        return chain(
+            scale_by_simplified_ademamix(b1, b2, alpha, eps, eps_root),
             add_decayed_weights(weight_decay, mask),
             scale_by_learning_rate(learning_rate),
         )

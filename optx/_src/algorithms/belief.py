@@ -21,8 +21,17 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, chain
-from optx._src.moments import adam_scalars, unzip
+from optx._src.moments import AdamScalars, adam_scalars, unzip
 from optx._src.scaling import scale_by_learning_rate
+
+
+def belief_update(s: AdamScalars, g: jax.Array, m: jax.Array, belief: jax.Array) -> jax.Array:
+    """AdaBelief's new belief: ``b2 * belief + (1 - b2) * (g - m)**2 + eps_root``.
+
+    ``m`` is the mean the gradient is compared with: this step's (AdaBelief) or the
+    previous one (ACProp, `scale_by_acprop`).
+    """
+    return s.c2 * jnp.square(g - m) + s.b2 * belief + s.eps_root
 
 
 class ScaleByBeliefState(NamedTuple):
@@ -66,7 +75,7 @@ class ScaleByBelief(Transform):
 
         def leaf(g: jax.Array, m: jax.Array, belief: jax.Array) -> tuple[jax.Array, ...]:
             new_m = s.c1 * g + s.b1 * m
-            new_belief = s.c2 * jnp.square(g - new_m) + s.b2 * belief + s.eps_root
+            new_belief = belief_update(s, g, new_m, belief)
             m_hat = s.b1 * (new_m / bc1_next) + s.c1 * (g / bc1) if self.nesterov else new_m / bc1
             u = m_hat / (jnp.sqrt(new_belief / bc2) + s.eps)
             return u.astype(g.dtype), new_m.astype(m.dtype), new_belief.astype(belief.dtype)

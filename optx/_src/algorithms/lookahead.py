@@ -45,6 +45,21 @@ def _is_hyperparam(path: tuple[Any, ...]) -> bool:
     return any(getattr(k, "name", getattr(k, "key", None)) == "hyperparams" for k in path)
 
 
+def restart_where(cond: Any, current: OptState, fresh: OptState) -> OptState:
+    """``fresh`` where ``cond``, else ``current``, keeping ``current``'s hyperparameters.
+
+    An inner optimizer restarted with a fresh ``init`` keeps the hyperparameters in force
+    (a fresh ``init`` would set them back to their construction values).
+    """
+    return jax.tree_util.tree_map_with_path(
+        lambda path, cur, new: (
+            cur if _is_hyperparam(path) else jnp.where(cond, new, cur).astype(cur.dtype)
+        ),
+        current,
+        fresh,
+    )
+
+
 @transform
 class Lookahead(Transform):
     """See `lookahead`."""
@@ -96,16 +111,8 @@ class Lookahead(Transform):
 
         out, slow = unzip(jax.tree.map(leaf, steps, params, state.slow), steps, 2)
         if self.reset_state:
-            # Restart the fast optimizer after a synchronisation, keeping its hyperparameters
-            # (which a fresh `init` would set back to their construction values).
-            fresh = fast.init(params)
-            fast_state = jax.tree_util.tree_map_with_path(
-                lambda path, cur, new: (
-                    cur if _is_hyperparam(path) else jnp.where(sync, new, cur).astype(cur.dtype)
-                ),
-                fast_state,
-                fresh,
-            )
+            # Restart the fast optimizer after a synchronisation.
+            fast_state = restart_where(sync, fast_state, fast.init(params))
         since = (state.steps_since_sync + 1) % self.sync_period
         return out, LookaheadState(fast_state, since.astype(jnp.int32), slow, state.hyperparams)
 
