@@ -268,6 +268,7 @@ CONSTRAINTS_NAMES = [
 
 CONTRIB_NAMES: list[str] = [
     "HutchinsonState",
+    "MuonDimensionNumbers",
     "MuonState",
     "ProdigyState",
     "ReduceLROnPlateauState",
@@ -403,6 +404,7 @@ NAMEDTUPLES = {
     "MaskedNode",
     "MaskedState",
     "MonitorState",
+    "MuonDimensionNumbers",
     "MuonState",
     "PartitionState",
     "ProdigyState",
