@@ -9,10 +9,10 @@ from optx._src.algorithms.ademamix import ademamix as ademamix
 from optx._src.algorithms.ademamix import scale_by_ademamix as scale_by_ademamix
 from optx._src.algorithms.adopt import adopt as adopt
 from optx._src.algorithms.adopt import scale_by_adopt as scale_by_adopt
-from optx._src.algorithms.muon import MuonDimensionNumbers as MuonDimensionNumbers
 from optx._src.algorithms.muon import MuonState as MuonState
 from optx._src.algorithms.muon import muon as muon
 from optx._src.algorithms.muon import scale_by_muon as scale_by_muon
+from optx._src.algorithms.muon_dimensions import MuonDimensionNumbers as MuonDimensionNumbers
 from optx._src.algorithms.prodigy import ProdigyState as ProdigyState
 from optx._src.algorithms.prodigy import prodigy as prodigy
 from optx._src.algorithms.schedule_free import ScheduleFreeState as ScheduleFreeState

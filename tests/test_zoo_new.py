@@ -1009,7 +1009,8 @@ def test_muon_forced_on_a_3d_kernel_names_it() -> None:
         "`scale_by_muon.init` needs 2-D parameters (matrices). Received: "
         "params['blocks/0/conv'] of shape (2, 3, 2). Route it to the AdamW fallback (in "
         "`muon`, leave it out of muon_mask: by default every leaf that is not 2-D goes "
-        "there) or reshape it to a matrix."
+        "there), give it MuonDimensionNumbers (weight_dimension_numbers) or reshape it to a "
+        "matrix."
     )
     with pytest.raises(ValueError) as info:
         optx.scale_by_muon().init({"b": jnp.ones(3)})

@@ -22,7 +22,6 @@ from optx._src.algorithms.adam import adamw
 from optx._src.algorithms.muon_dimensions import (
     MATRIX,
     Dims,
-    MuonDimensionNumbers,
     batch_axes,
     fans,
     freeze_dimensions,
@@ -119,7 +118,7 @@ def _dims(api: str, spec: Any, tree: Any) -> list[Dims]:
     dims = leaf_dims(api, "weight_dimension_numbers", spec, tree)
     # As optax, a leaf given None must be a matrix.
     leaves, treedef = jax.tree.flatten(tree)
-    unset = [x if d is None else np.zeros((1, 1)) for x, d in zip(leaves, dims)]
+    unset = [x if d is None else np.zeros((1, 1)) for x, d in zip(leaves, dims, strict=True)]
     matrices_only(api, jax.tree.unflatten(treedef, unset))
     return [MATRIX if d is None else d for d in dims]
 
@@ -171,7 +170,6 @@ class ScaleByMuon(Transform):
         return MuonState(
             zero_count(), zeros_like(params, self.mu_dtype), coeffs, self.init_hyperparams()
         )
-
 
     def update(
         self, updates: Updates, state: MuonState, params: Params | None = None, **extra: Any

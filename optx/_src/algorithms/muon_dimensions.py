@@ -67,9 +67,12 @@ def _is_spec_leaf(x: Any) -> bool:
 def _axes(value: Any) -> tuple[int, ...] | None:
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return (int(value),)
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        if all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in value):
-            return tuple(int(a) for a in value)
+    if (
+        isinstance(value, Sequence)
+        and not isinstance(value, str)
+        and all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in value)
+    ):
+        return tuple(int(a) for a in value)
     return None
 
 
@@ -77,8 +80,7 @@ def _canonical(api: str, name: str, dn: Any) -> MuonDimensionNumbers:
     reduction, output = _axes(dn.reduction_axis), _axes(dn.output_axis)
     if reduction is None or output is None:
         raise TypeError(
-            f"`{api}` needs the axes of {name} to be ints or sequences of ints. "
-            f"Received: {dn!r}."
+            f"`{api}` needs the axes of {name} to be ints or sequences of ints. Received: {dn!r}."
         )
     return MuonDimensionNumbers(reduction, output)
 
@@ -105,6 +107,8 @@ def freeze_dimensions(api: str, name: str, spec: Any) -> Any:
     leaves, treedef = jax.tree.flatten(spec, is_leaf=_is_spec_leaf)
     frozen = []
     for leaf in leaves:
+        if isinstance(leaf, MaskedNode):  # a leaf that a `masked` or `partition` hides
+            leaf = None
         if leaf is not None and not is_dimension_numbers(leaf):
             raise TypeError(
                 f"`{api}` needs {name} to be a pytree of MuonDimensionNumbers (None for "
@@ -118,9 +122,11 @@ def spec_tree(api: str, name: str, spec: Any, tree: Any) -> Any:
     """``spec`` (frozen) broadcast over ``tree``: one dimension numbers (or ``None``) a leaf."""
     if spec is None:
         return jax.tree.map(lambda _: MuonDimensionNumbers(), tree)
-    raw = spec.tree if isinstance(spec, FrozenDimensions) else freeze_dimensions(
-        api, name, spec(tree)
-    ).tree
+    raw = (
+        spec.tree
+        if isinstance(spec, FrozenDimensions)
+        else freeze_dimensions(api, name, spec(tree)).tree
+    )
     try:
         return jax.tree.map(
             lambda d, sub: jax.tree.map(lambda _: d, sub),
@@ -142,7 +148,7 @@ def leaf_dims(api: str, name: str, spec: Any, tree: Any) -> list[Dims | None]:
         spec_tree(api, name, spec, tree), is_leaf=lambda x: x is None or is_dimension_numbers(x)
     )
     flat = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return [_check(api, name, path, leaf, dn) for (path, leaf), dn in zip(flat, specs)]
+    return [_check(api, name, path, leaf, dn) for (path, leaf), dn in zip(flat, specs, strict=True)]
 
 
 def _check(api: str, name: str, path: Any, leaf: Any, dn: Any) -> Dims | None:
