@@ -22,10 +22,10 @@ from optx._src.algorithms.adam import adamw
 from optx._src.algorithms.muon_dimensions import (
     MATRIX,
     Dims,
+    Spec,
     batch_axes,
     fans,
     freeze_dimensions,
-    is_dimension_numbers,
     leaf_dims,
     spec_tree,
 )
@@ -403,9 +403,9 @@ class MuonLabels:
             leaf_dims("muon", name, self.dimensions, params)  # checked here, named as given
             specs = spec_tree("muon", name, self.dimensions, params)
             return jax.tree.map(
-                lambda d: "adam" if d is None else "muon",
+                lambda box: "adam" if box.dn is None else "muon",
                 specs,
-                is_leaf=lambda x: x is None or is_dimension_numbers(x),
+                is_leaf=lambda x: isinstance(x, Spec),
             )
         if self.mask is None:
             selected = jax.tree.map(lambda p: np.ndim(p) == 2, params)

@@ -118,10 +118,17 @@ def freeze_dimensions(api: str, name: str, spec: Any) -> Any:
     return FrozenDimensions(treedef, tuple(frozen))
 
 
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """One leaf's dimension numbers (``None``: not given), boxed so that it is a leaf."""
+
+    dn: Any
+
+
 def spec_tree(api: str, name: str, spec: Any, tree: Any) -> Any:
-    """``spec`` (frozen) broadcast over ``tree``: one dimension numbers (or ``None``) a leaf."""
+    """``spec`` (frozen) broadcast over ``tree``: a `Spec` for each leaf of ``tree``."""
     if spec is None:
-        return jax.tree.map(lambda _: MuonDimensionNumbers(), tree)
+        return jax.tree.map(lambda _: Spec(MuonDimensionNumbers()), tree)
     raw = (
         spec.tree
         if isinstance(spec, FrozenDimensions)
@@ -129,7 +136,7 @@ def spec_tree(api: str, name: str, spec: Any, tree: Any) -> Any:
     )
     try:
         return jax.tree.map(
-            lambda d, sub: jax.tree.map(lambda _: d, sub),
+            lambda d, sub: jax.tree.map(lambda _: Spec(d), sub),
             raw,
             tree,
             is_leaf=_is_spec_leaf,
@@ -144,11 +151,11 @@ def spec_tree(api: str, name: str, spec: Any, tree: Any) -> Any:
 
 def leaf_dims(api: str, name: str, spec: Any, tree: Any) -> list[Dims | None]:
     """The checked, normalised axes of each leaf of ``tree`` (``None``: not a Muon leaf)."""
-    specs = jax.tree.leaves(
-        spec_tree(api, name, spec, tree), is_leaf=lambda x: x is None or is_dimension_numbers(x)
-    )
+    specs = jax.tree.leaves(spec_tree(api, name, spec, tree), is_leaf=lambda x: isinstance(x, Spec))
     flat = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return [_check(api, name, path, leaf, dn) for (path, leaf), dn in zip(flat, specs, strict=True)]
+    return [
+        _check(api, name, path, leaf, box.dn) for (path, leaf), box in zip(flat, specs, strict=True)
+    ]
 
 
 def _check(api: str, name: str, path: Any, leaf: Any, dn: Any) -> Dims | None:
