@@ -21,6 +21,7 @@ import numpy as np
 import optax
 import pytest
 from helpers import EPS32, assert_close, run64
+from multidevice import run_on_devices
 from test_zoo_new import K_ADAM, ROUNDOFF64, STEPS, f32, step_grads
 
 import optx
@@ -232,3 +233,48 @@ def test_bad_dimension_numbers_name_the_leaf() -> None:
         ),
     ):
         optx.muon(1e-2, muon_mask="w", muon_weight_dimension_numbers={"w": DN()})
+
+
+SHARDED = """
+import jax, numpy as np, optx
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+DN = optx.contrib.MuonDimensionNumbers
+rng = np.random.default_rng(0)
+host = {
+    "stack": rng.standard_normal((4, 6, 8)).astype(np.float32),
+    "conv": rng.standard_normal((2, 2, 4, 8)).astype(np.float32),
+    "b": np.ones(8, np.float32),
+}
+specs = {"stack": P("a", None, "b"), "conv": P(None, None, "a", "b"), "b": P("b")}
+dims = {"stack": DN(1, 2), "conv": DN((0, 1, 2), 3), "b": None}
+tx = optx.muon(0.1, muon_weight_dimension_numbers=dims)
+
+
+def step(p, s):
+    u, s = tx.update(jax.tree.map(lambda x: 0.5 * x + 1.0, p), s, p)
+    return optx.apply_updates(p, u), s
+
+
+expected, _ = step(host, tx.init(host))
+for kind in (AxisType.Auto, AxisType.Explicit):
+    mesh = jax.make_mesh((4, 2), ("a", "b"), axis_types=(kind, kind))
+    with jax.set_mesh(mesh):
+        params = {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in host.items()}
+        new, _ = jax.jit(step)(params, jax.jit(tx.init)(params))
+    for k, v in new.items():
+        assert v.sharding.spec == specs[k], (kind, k, v.sharding.spec)
+        # float32, one step: the Newton-Schulz bound of the module docstring (n = 16).
+        atol = 0.1 * 3.4445**5 * (2 + 2 * 16 + 8) * float(np.finfo(np.float32).eps)
+        assert np.max(np.abs(np.asarray(v) - expected[k])) <= atol, (kind, k)
+    print(kind, "ok")
+"""
+
+
+@pytest.mark.multidevice
+def test_stacked_and_conv_leaves_keep_their_shardings() -> None:
+    # Sharded over the layer and the matrix axes, with Auto and Explicit mesh axes: each
+    # matrix is orthogonalised whole, the parameters keep their shardings, one device's
+    # numbers.
+    out = run_on_devices(SHARDED)
+    assert out.count(" ok") == 2, out
