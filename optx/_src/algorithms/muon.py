@@ -27,12 +27,13 @@ from optx._src.algorithms.muon_dimensions import (
     fans,
     freeze_dimensions,
     leaf_dims,
+    muon_leaf_dims,
     spec_tree,
 )
+from optx._src.algorithms.muon_shape import scale_by_shape
 from optx._src.algorithms.newton_schulz import (
     NS_COEFFS_PRESETS,
     PRECONDITIONINGS,
-    matrices_only,
     ns_coeffs_option,
     option,
     orthogonalize,
@@ -110,19 +111,6 @@ def _orthogonalize_batch(
     return jnp.transpose(out.reshape(moved.shape), np.argsort(order))
 
 
-def _dims(api: str, spec: Any, tree: Any) -> list[Dims]:
-    """The axes of each leaf of ``tree`` (all Muon leaves) by ``weight_dimension_numbers``."""
-    if spec is None:
-        matrices_only(api, tree)
-        return [MATRIX] * len(jax.tree.leaves(tree))
-    dims = leaf_dims(api, "weight_dimension_numbers", spec, tree)
-    # As optax, a leaf given None must be a matrix.
-    leaves, treedef = jax.tree.flatten(tree)
-    unset = [x if d is None else np.zeros((1, 1)) for x, d in zip(leaves, dims, strict=True)]
-    matrices_only(api, jax.tree.unflatten(treedef, unset))
-    return [MATRIX if d is None else d for d in dims]
-
-
 class MuonState(NamedTuple):
     """State of `scale_by_muon`: step count, momentum, Newton-Schulz coefficients."""
 
@@ -165,7 +153,7 @@ class ScaleByMuon(Transform):
 
     def init(self, params: Params) -> MuonState:
         checks.float_params(f"{self.name}.init", params)
-        _dims(f"{self.name}.init", self.weight_dimension_numbers, params)
+        muon_leaf_dims(f"{self.name}.init", self.weight_dimension_numbers, params)
         coeffs = jnp.asarray(self.ns_coeffs, jnp.float32)
         return MuonState(
             zero_count(), zeros_like(params, self.mu_dtype), coeffs, self.init_hyperparams()
@@ -182,7 +170,7 @@ class ScaleByMuon(Transform):
         # The bias corrections, scalars once per step (unused by the Keras convention).
         scalars = (c, *first_moment_scalars(h, count, self.nesterov, "beta"))
         keras = self.momentum_convention == "keras"
-        dims = iter(_dims(f"{self.name}.update", self.weight_dimension_numbers, updates))
+        dims = iter(muon_leaf_dims(f"{self.name}.update", self.weight_dimension_numbers, updates))
 
         def leaf(g: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
             return _muon_leaf(
@@ -300,89 +288,6 @@ def scale_by_muon(
         weight_dimension_numbers,
         momentum_convention,
     )
-
-
-class ScaleByShapeState(NamedTuple):
-    """State of `scale_by_shape`: its hyperparameter (``consistent_rms``, when set)."""
-
-    hyperparams: dict[str, jax.Array]
-
-
-@transform
-class ScaleByShape(Transform):
-    """See `scale_by_shape`."""
-
-    name = "scale_by_shape"
-    # ``None``: the width rule, nothing to store.
-    consistent_rms: ScalarOrSchedule | None = hp.field(None, hp.NONNEG, optional=True)
-    weight_dimension_numbers: Any = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        spec = freeze_dimensions(
-            self.name, "weight_dimension_numbers", self.weight_dimension_numbers
-        )
-        object.__setattr__(self, "weight_dimension_numbers", spec)
-
-    def init(self, params: Params) -> ScaleByShapeState:
-        _dims(f"{self.name}.init", self.weight_dimension_numbers, params)
-        return ScaleByShapeState(self.init_hyperparams())
-
-    def update(
-        self, updates: Updates, state: ScaleByShapeState, params: Params | None = None, **extra: Any
-    ) -> tuple[Updates, ScaleByShapeState]:
-        checks.float_updates(f"{self.name}.update", updates)
-        del params, extra
-        dims = iter(_dims(f"{self.name}.update", self.weight_dimension_numbers, updates))
-
-        def leaf(u: jax.Array) -> jax.Array:
-            fan_in, fan_out = fans(u.shape, next(dims))
-            if u.size == 0:  # no fan ratio to take; nothing to scale
-                return u
-            if self.consistent_rms is None:
-                factor = jnp.sqrt(jnp.asarray(max(1.0, fan_out / fan_in), jnp.float32))
-            else:
-                factor = jnp.sqrt(jnp.float32(max(fan_in, fan_out)))
-                factor = factor * state.hyperparams["consistent_rms"]
-            return (u * factor).astype(u.dtype)
-
-        return jax.tree.map(leaf, updates), state
-
-
-def scale_by_shape(
-    consistent_rms: float | None = None, *, weight_dimension_numbers: Any = None
-) -> ScaleByShape:
-    r"""Scales each matrix's update by a factor of its shape ``(fan_in, fan_out)``.
-
-    ``consistent_rms=None`` gives Jordan's width rule
-    :math:`\sqrt{\max(1, \text{fan\_out} / \text{fan\_in})}`; a number :math:`r` gives
-    :math:`r \sqrt{\max(\text{fan\_in}, \text{fan\_out})}`, which makes the RMS of an
-    orthogonalised update about :math:`r` whatever the shape (Liu et al.; ``0.2`` matches
-    AdamW's typical RMS and Keras's ``Muon(rms_rate=0.2)``).
-
-    Args:
-      consistent_rms: :math:`r \ge 0` (a dynamic hyperparameter), or ``None``.
-      weight_dimension_numbers: which axes make ``fan_in`` and ``fan_out`` (products of
-        the reduction and output axes' sizes), as in `scale_by_muon`; ``None``: every leaf
-        is ``(fan_in, fan_out)``.
-
-    Returns:
-      The transform.
-
-    Raises:
-      ValueError: ``consistent_rms`` is negative; (at ``init``/``update``) a leaf is not 2-D
-        and has no dimension numbers, or they do not fit it.
-
-    Example:
-      >>> import jax.numpy as jnp, optx
-      >>> tx = optx.scale_by_shape(consistent_rms=0.2)
-      >>> tx.update({"w": jnp.ones((4, 9))}, tx.init({"w": jnp.ones((4, 9))}))[0]["w"][0, 0]
-      Array(0.6, dtype=float32)
-
-    References:
-      Liu et al., "Muon is Scalable for LLM Training", arXiv:2502.16982, 2025.
-    """
-    return ScaleByShape(consistent_rms, weight_dimension_numbers)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from optx._src.algorithms.newton_schulz import matrices_only
 from optx._src.combine import MaskedNode
 from optx._src.tree import path_name
 
@@ -196,3 +197,16 @@ def fans(shape: tuple[int, ...], dims: Dims) -> tuple[int, int]:
 def batch_axes(ndim: int, dims: Dims) -> tuple[int, ...]:
     """The axes on neither side, in order."""
     return tuple(a for a in range(ndim) if a not in dims[0] + dims[1])
+
+
+def muon_leaf_dims(api: str, spec: Any, tree: Any) -> list[Dims]:
+    """The axes of each leaf of ``tree`` (all Muon leaves) by ``weight_dimension_numbers``."""
+    if spec is None:
+        matrices_only(api, tree)
+        return [MATRIX] * len(jax.tree.leaves(tree))
+    dims = leaf_dims(api, "weight_dimension_numbers", spec, tree)
+    # As optax, a leaf given None must be a matrix.
+    leaves, treedef = jax.tree.flatten(tree)
+    unset = [x if d is None else np.zeros((1, 1)) for x, d in zip(leaves, dims, strict=True)]
+    matrices_only(api, jax.tree.unflatten(treedef, unset))
+    return [MATRIX if d is None else d for d in dims]
