@@ -92,10 +92,10 @@ from optx._src.algorithms.momo import MomoState as MomoState
 from optx._src.algorithms.momo import momo as momo
 from optx._src.algorithms.momo import momo_adam as momo_adam
 from optx._src.algorithms.muon import MuonState as MuonState
-from optx._src.algorithms.muon import ScaleByShapeState as ScaleByShapeState
 from optx._src.algorithms.muon import muon as muon
 from optx._src.algorithms.muon import scale_by_muon as scale_by_muon
-from optx._src.algorithms.muon import scale_by_shape as scale_by_shape
+from optx._src.algorithms.muon_shape import ScaleByShapeState as ScaleByShapeState
+from optx._src.algorithms.muon_shape import scale_by_shape as scale_by_shape
 from optx._src.algorithms.nadam import nadam as nadam
 from optx._src.algorithms.nadam import nadamw as nadamw
 from optx._src.algorithms.noisy import AddNoiseState as AddNoiseState

@@ -49,6 +49,7 @@ from optx._src.algorithms.momo import momo_adam as momo_adam
 from optx._src.algorithms.muon import MuonState as MuonState
 from optx._src.algorithms.muon import muon as muon
 from optx._src.algorithms.muon import scale_by_muon as scale_by_muon
+from optx._src.algorithms.muon_dimensions import MuonDimensionNumbers as MuonDimensionNumbers
 from optx._src.algorithms.privacy import (
     DifferentiallyPrivateAggregateState as DifferentiallyPrivateAggregateState,
 )

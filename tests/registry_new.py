@@ -25,6 +25,13 @@ def matrices(params: optx.Params) -> optx.Params:
     return jax.tree.map(lambda p: jnp.ndim(p) == 2, params)
 
 
+def transposed_matrices(params: optx.Params) -> optx.Params:
+    """Muon dimension numbers: the 2-D leaves as ``(out, in)``, the rest left to AdamW."""
+    return jax.tree.map(
+        lambda p: optx.contrib.MuonDimensionNumbers(1, 0) if jnp.ndim(p) == 2 else None, params
+    )
+
+
 def b3_warmup(count: jax.Array) -> jax.Array:
     """A slow-EMA decay schedule: 0.9, 0.95, 0.97, ... towards 0.999."""
     return jnp.minimum(1.0 - 0.1 / (1.0 + count), 0.999)
@@ -140,6 +147,18 @@ def entries(register) -> None:
         lambda: optx.masked(optx.scale_by_muon(preconditioning="spectral"), matrices),
         repr_prefix=MASKED,
     )
+    # Dimension numbers (the suite's leaves are at most 2-D: transposed matrices take the
+    # N-D path, a batch of one).
+    register(
+        "scale_by_muon/dimension_numbers",
+        lambda: optx.masked(
+            optx.scale_by_muon(
+                weight_dimension_numbers=optx.contrib.MuonDimensionNumbers((-1,), 0)
+            ),
+            matrices,
+        ),
+        repr_prefix=MASKED,
+    )
     register(
         "scale_by_shape", lambda: optx.masked(optx.scale_by_shape(), matrices), repr_prefix=MASKED
     )
@@ -160,6 +179,14 @@ def entries(register) -> None:
             momentum_convention="keras",
             adam_nesterov=False,
             adam_eps_placement="keras",
+        ),
+        needs_params=True,
+        repr_prefix=PARTITION,
+    )
+    register(
+        "muon/dimension_numbers",
+        lambda: optx.muon(
+            1e-2, consistent_rms=0.2, muon_weight_dimension_numbers=transposed_matrices
         ),
         needs_params=True,
         repr_prefix=PARTITION,

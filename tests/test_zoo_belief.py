@@ -105,6 +105,19 @@ PARITY = {
         "=mv",
         k_adam(0.8, 0.999) + 4 + 1 + 3,  # s sees b1's lag; Nesterov's extra b1 and correction
     ),
+    # optax main's weight_decay and weight_decay_mask: add_decayed_weights before the
+    # learning rate (optax 0.2.8 has not these arguments: its building blocks).
+    "adabelief_weight_decay": (
+        lambda: optx.adabelief(1e-2, weight_decay=0.1, weight_decay_mask=common.kernel_mask),
+        lambda: optax.chain(
+            optax.scale_by_belief(),
+            optax.add_decayed_weights(0.1, common.kernel_mask),
+            optax.scale_by_learning_rate(1e-2),
+        ),
+        _adam_like,
+        "=mv",
+        K_BELIEF + 1,  # the weight decay
+    ),
     "yogi": (lambda: optx.yogi(1e-2), lambda: optax.yogi(1e-2), _adam_like, "=mv", K_YOGI),
     "scale_by_yogi": (
         lambda: optx.chain(
@@ -191,8 +204,9 @@ def test_adan_count_matches_optax_t() -> None:
 # float64 NumPy loops, written from the papers' formulas.
 
 
-def numpy_adabelief(grads, lr, b1, b2, eps, eps_root, nesterov=False):
+def numpy_adabelief(grads, lr, b1, b2, eps, eps_root, nesterov=False, wd=0.0, w0=None):
     m, s, w = (np.zeros(grads.shape[1:]) for _ in range(3))
+    w = w if w0 is None else w0.copy()
     out = []
     for t, g in enumerate(grads, start=1):
         m = b1 * m + (1 - b1) * g
@@ -201,7 +215,7 @@ def numpy_adabelief(grads, lr, b1, b2, eps, eps_root, nesterov=False):
             m_hat = b1 * m / (1 - b1 ** (t + 1)) + (1 - b1) * g / (1 - b1**t)
         else:
             m_hat = m / (1 - b1**t)
-        w = w - lr * m_hat / (np.sqrt(s / (1 - b2**t)) + eps)
+        w = w - lr * (m_hat / (np.sqrt(s / (1 - b2**t)) + eps) + wd * w)
         out.append(w)
     return np.stack(out), (m, s)
 
@@ -251,6 +265,13 @@ NUMPY = {
         "mv",
         k_adam(0.8, 0.99) + 4 + 1 + 3,  # s sees b1's lag; Nesterov's extra b1 and correction
     ),
+    "adabelief_weight_decay": (
+        lambda: optx.adabelief(1e-2, eps=1e-8, eps_root=1e-12, weight_decay=0.05),
+        lambda g, w0: numpy_adabelief(g, 1e-2, 0.9, 0.999, 1e-8, 1e-12, wd=0.05, w0=w0),
+        lambda s: (s[0].mu, s[0].nu),
+        "mv",
+        K_BELIEF + 1,  # the weight decay
+    ),
     "yogi": (
         lambda: optx.chain(optx.scale_by_yogi(0.9, 0.999, 1e-3, 1e-8, 1e-2), optx.scale(-1e-2)),
         lambda g, w0: numpy_yogi(g, 1e-2, 0.9, 0.999, 1e-3, 1e-8, 1e-2),
@@ -272,7 +293,8 @@ NUMPY = {
 def test_matches_numpy(case: str) -> None:
     make, reference, moments, kinds, k = NUMPY[case]
     grads = common.numpy_grads()
-    w0 = np.zeros(grads.shape[1:]) if case != "adan" else np.linspace(-1, 1, 12).reshape(4, 3)
+    decays = case in ("adan", "adabelief_weight_decay")
+    w0 = np.linspace(-1, 1, 12).reshape(4, 3) if decays else np.zeros(grads.shape[1:])
     w0 = w0.astype(np.float32).astype(np.float64)
     got, state, path = run64(make(), optx.apply_updates, w0, grads)
     expected, expected_moments = reference(grads, w0)

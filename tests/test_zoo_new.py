@@ -562,18 +562,29 @@ def parabola64(tx: Any, params: Any, noise: Any) -> tuple:
         return jax.tree.map(np.asarray, run_noisy_parabola(tx, params, noise))
 
 
-def prodigy_parity_errors(name: str, lr_factor: float = 1.0) -> list[float]:
-    """Errors of optx's and optax's Prodigy against `numpy_prodigy`, each over its bound."""
+def prodigy_parity_errors(
+    name: str, lr_factor: float = 1.0, masked: bool = False, loop_masked: bool = True
+) -> list[float]:
+    """Errors of optx's and optax's Prodigy against `numpy_prodigy`, each over its bound.
+
+    ``masked``: optax main's ``weight_decay_mask`` (the matrices), optx's alone (optax
+    0.2.8 has not the argument), against the loop masked alike (or not: ``loop_masked``).
+    """
     kwargs, loop = PRODIGY_CASES[name]
     params = jax.tree.map(jnp.zeros_like, nested_params())
     noise = jax.tree.map(lambda g: 0.1 * g, step_grads(params))
+    if masked:
+        kwargs = {**kwargs, "weight_decay_mask": matrices_mask}
+        if loop_masked:
+            loop = {**loop, "decays": [jnp.ndim(p) == 2 for p in jax.tree.leaves(params)]}
     expected, (d, r), path, cond = numpy_prodigy(params, noise, **loop)
     assert float(d) > 10 * loop["d0"]  # the estimate grew
     if lr_factor != 1.0:
         kwargs = {**kwargs, "learning_rate": lr_factor}
     k = K_PRODIGY_BC * (1 + cond)
     errors = []
-    for tx in (optx.prodigy(**kwargs), optax.contrib.prodigy(**kwargs)):
+    txs = [optx.prodigy(**kwargs)] + ([] if masked else [optax.contrib.prodigy(**kwargs)])
+    for tx in txs:
         p, s = parabola64(tx, params, noise)
         for x, e, u in zip(jax.tree.leaves(p), jax.tree.leaves(expected), path, strict=True):
             bound = k * EPS32 / 2 * u + ROUNDOFF64 * cond * np.max(np.abs(e))
@@ -591,6 +602,19 @@ def test_prodigy_parity_with_optax_and_numpy(name: str) -> None:
     errors = prodigy_parity_errors(name)
     print(f"{name}: max error / bound {max(errors):.3g}")
     assert max(errors) <= 1
+
+
+def matrices_mask(params: Any) -> Any:
+    """A weight-decay mask: the matrices."""
+    return jax.tree.map(lambda p: jnp.ndim(p) == 2, params)
+
+
+def test_prodigy_weight_decay_mask_matches_numpy() -> None:
+    errors = prodigy_parity_errors("prodigy/options", masked=True)
+    print(f"prodigy/options with a mask: max error / bound {max(errors):.3g}")
+    assert max(errors) <= 1
+    # The mask shows: against the loop that decays every leaf, far outside the bounds.
+    assert max(prodigy_parity_errors("prodigy/options", masked=True, loop_masked=False)) > 10
 
 
 def test_prodigy_bounds_catch_a_learning_rate_off_by_1e3() -> None:
@@ -653,9 +677,10 @@ def numpy_ademamix(params, grads, lr, b1=0.9, b2=0.999, b3=0.9999, alpha=5.0, ep
 
 
 def numpy_prodigy(params, noise, lr=1.0, b1=0.9, b2=0.999, b3=None, eps=1e-8, d0=1e-6, coef=1.0,
-                  wd=0.0, safeguard=False):  # fmt: skip
+                  wd=0.0, safeguard=False, decays=None):  # fmt: skip
     """Prodigy on the noisy parabola: gradients ``x - 1 + noise_t``. ``lr`` a number or a
-    function of the step (from 1). Also per leaf ``sum_t max|u_t|``, and the estimate's
+    function of the step (from 1); ``decays`` per leaf whether ``wd`` applies (default
+    all, optax main's ``weight_decay_mask``). Also per leaf ``sum_t max|u_t|``, and the estimate's
     condition: over the steps, the largest ``c sum|terms of r_t| / |s_t|_1`` relative to
     ``d_{t+1}`` plus ``sum|terms of s_t| / |s_t|_1``.
     """
@@ -684,7 +709,8 @@ def numpy_prodigy(params, noise, lr=1.0, b1=0.9, b2=0.999, b3=None, eps=1e-8, d0
         s_ratio = sum(float(np.sum(a)) for a in s_abs) / denominator
         cond = max(cond, coef * r_abs / denominator / new_d + s_ratio)
         for i in range(len(x)):
-            u = -wd * dlr * x[i] - dlr * m[i] / (np.sqrt(v[i]) + new_d * eps)
+            decay = wd if decays is None or decays[i] else 0.0
+            u = -decay * dlr * x[i] - dlr * m[i] / (np.sqrt(v[i]) + new_d * eps)
             path[i] += float(np.max(np.abs(u)))
             x[i] = x[i] + u
         d = new_d
@@ -1009,7 +1035,8 @@ def test_muon_forced_on_a_3d_kernel_names_it() -> None:
         "`scale_by_muon.init` needs 2-D parameters (matrices). Received: "
         "params['blocks/0/conv'] of shape (2, 3, 2). Route it to the AdamW fallback (in "
         "`muon`, leave it out of muon_mask: by default every leaf that is not 2-D goes "
-        "there) or reshape it to a matrix."
+        "there), give it MuonDimensionNumbers (weight_dimension_numbers) or reshape it to a "
+        "matrix."
     )
     with pytest.raises(ValueError) as info:
         optx.scale_by_muon().init({"b": jnp.ones(3)})

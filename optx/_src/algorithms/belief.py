@@ -20,9 +20,10 @@ from optx._src.base import (
     transform,
     zero_count,
 )
-from optx._src.combine import Chain, chain
+from optx._src.combine import Chain, MaskSpec, chain
 from optx._src.moments import AdamScalars, adam_scalars, unzip
 from optx._src.scaling import scale_by_learning_rate
+from optx._src.weight_decay import add_decayed_weights
 
 
 def belief_update(s: AdamScalars, g: jax.Array, m: jax.Array, belief: jax.Array) -> jax.Array:
@@ -142,13 +143,19 @@ def adabelief(
     eps_root: float = 1e-16,
     *,
     nesterov: bool = False,
+    weight_decay: ScalarOrSchedule | None = None,
+    weight_decay_mask: MaskSpec | None = None,
 ) -> Chain:
     r"""The AdaBelief optimizer: `scale_by_belief` then `scale_by_learning_rate`.
 
-    .. math:: \theta_t = \theta_{t-1} - \eta_t\,\hat m_t / (\sqrt{\hat s_t} + \epsilon)
+    .. math:: \theta_t = \theta_{t-1} - \eta_t\,\bigl(\hat m_t / (\sqrt{\hat s_t} +
+       \epsilon) + \lambda\,\theta_{t-1}\bigr)
 
     with :math:`\hat m_t`, :math:`\hat s_t` the bias-corrected mean and belief of
-    `scale_by_belief`.
+    `scale_by_belief`, and :math:`\lambda` = ``weight_decay`` (0 when ``None``): decay
+    added after the preconditioning and multiplied by the learning rate, as AdamW's (and
+    as PyTorch's, where Loshchilov and Hutter scale it by the schedule only), as in
+    optax's main branch.
 
     Args:
       learning_rate: :math:`\eta`, a non-negative number or a schedule.
@@ -157,9 +164,15 @@ def adabelief(
       eps: added to the denominator outside the square root, >= 0.
       eps_root: added to the belief at every step, >= 0.
       nesterov: use Nesterov momentum.
+      weight_decay: :math:`\lambda \ge 0` (a number or a schedule), or ``None`` for none
+        (the chain then has no `add_decayed_weights`, as in optax 0.2.8).
+      weight_decay_mask: which parameters to decay (see `add_decayed_weights`); ``None``
+        decays all of them.
 
     Returns:
-      ``chain(scale_by_belief(...), scale_by_learning_rate(learning_rate))``.
+      ``chain(scale_by_belief(...), scale_by_learning_rate(learning_rate))``, with
+      ``add_decayed_weights(weight_decay, weight_decay_mask)`` between them when
+      ``weight_decay`` is given.
 
     Raises:
       ValueError: an argument is out of range (see `scale_by_belief`).
@@ -181,8 +194,12 @@ def adabelief(
       Optimizer: Adapting Stepsizes by the Belief in Observed Gradients", NeurIPS 2020.
     """
     with hp.caller("adabelief"):
+        decay = (
+            () if weight_decay is None else (add_decayed_weights(weight_decay, weight_decay_mask),)
+        )
         return chain(
             scale_by_belief(b1, b2, eps, eps_root, nesterov=nesterov),
+            *decay,
             scale_by_learning_rate(learning_rate),
         )
 

@@ -1,8 +1,8 @@
 """Muon: momentum orthogonalised by Newton-Schulz, with an AdamW fallback for non-matrices.
 
-`scale_by_muon` (the orthogonalised momentum of 2-D leaves), `scale_by_shape` (the
-shape-dependent step factor) and `muon`, which routes matrices to them and every other
-leaf to `adamw` through `partition`.
+`scale_by_muon` (the orthogonalised momentum of matrices, or of batches of them through
+`MuonDimensionNumbers`), `scale_by_shape` (the shape-dependent step factor) and `muon`,
+which routes the chosen leaves to them and every other leaf to `adamw` through `partition`.
 """
 
 from __future__ import annotations
@@ -16,13 +16,24 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
-from optx._src import checks
+from optx._src import checks, placement
 from optx._src import hyperparams as hp
 from optx._src.algorithms.adam import adamw
+from optx._src.algorithms.muon_dimensions import (
+    MATRIX,
+    Dims,
+    Spec,
+    batch_axes,
+    fans,
+    freeze_dimensions,
+    leaf_dims,
+    muon_leaf_dims,
+    spec_tree,
+)
+from optx._src.algorithms.muon_shape import scale_by_shape
 from optx._src.algorithms.newton_schulz import (
     NS_COEFFS_PRESETS,
     PRECONDITIONINGS,
-    matrices_only,
     ns_coeffs_option,
     option,
     orthogonalize,
@@ -49,7 +60,8 @@ MOMENTUM_CONVENTIONS = ("optax", "keras")
 # a * b + c into a fused multiply-add inside fusions but not between eager operations,
 # and the Newton-Schulz iteration magnifies that last-bit difference up to ~15 times.
 @functools.partial(
-    jax.jit, static_argnames=("keras", "nesterov", "ns_steps", "preconditioning", "adaptive")
+    jax.jit,
+    static_argnames=("keras", "nesterov", "ns_steps", "preconditioning", "adaptive", "dims"),
 )
 def _muon_leaf(
     g: jax.Array,
@@ -64,6 +76,7 @@ def _muon_leaf(
     ns_steps: int,
     preconditioning: str,
     adaptive: bool,
+    dims: Dims,
 ) -> tuple[jax.Array, jax.Array]:
     if keras:
         # m <- beta m + g, no damping nor bias correction (Keras's Muon).
@@ -73,11 +86,29 @@ def _muon_leaf(
         c, k_m, k_g = scalars
         new_m = c * g + beta * m
         m_hat = new_m * k_m + g * k_g if nesterov else new_m * k_m
-    out = orthogonalize(m_hat, coeffs, ns_steps, preconditioning, eps)
+    if dims == MATRIX and m_hat.ndim == 2:
+        out = orthogonalize(m_hat, coeffs, ns_steps, preconditioning, eps)
+    else:
+        out = _orthogonalize_batch(m_hat, dims, coeffs, ns_steps, preconditioning, eps)
     if adaptive:
-        # Scaled by the dual norm <m_hat, O> (Bernstein and Newhouse, 2024).
+        # Scaled by the dual norm <m_hat, O> (Bernstein and Newhouse, 2024), over the
+        # whole leaf (as optax).
         out = jnp.sum(m_hat * out) * out
     return out.astype(g.dtype), new_m.astype(m.dtype)
+
+
+def _orthogonalize_batch(
+    x: jax.Array, dims: Dims, coeffs: jax.Array, ns_steps: int, preconditioning: str, eps: Any
+) -> jax.Array:
+    """Each matrix of ``x`` (rows: the reduction axes, columns: the output axes) on its own."""
+    x = placement.gathered(x)  # whole, so that the transpose and reshape need no sharding
+    batch = batch_axes(x.ndim, dims)
+    order = batch + dims[0] + dims[1]
+    fan_in, fan_out = fans(x.shape, dims)
+    moved = jnp.transpose(x, order)
+    mats = moved.reshape(-1, fan_in, fan_out)
+    out = jax.vmap(lambda m: orthogonalize(m, coeffs, ns_steps, preconditioning, eps))(mats)
+    return jnp.transpose(out.reshape(moved.shape), np.argsort(order))
 
 
 class MuonState(NamedTuple):
@@ -102,10 +133,15 @@ class ScaleByMuon(Transform):
     nesterov: bool = True
     adaptive: bool = False
     preconditioning: str = "frobenius"
+    weight_dimension_numbers: Any = None
     momentum_convention: str = "optax"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        spec = freeze_dimensions(
+            self.name, "weight_dimension_numbers", self.weight_dimension_numbers
+        )
+        object.__setattr__(self, "weight_dimension_numbers", spec)
         steps = checks.nonneg_int(self.name, "ns_steps", self.ns_steps)
         object.__setattr__(self, "ns_steps", steps)
         coeffs = ns_coeffs_option(self.name, self.ns_coeffs, steps)
@@ -117,7 +153,7 @@ class ScaleByMuon(Transform):
 
     def init(self, params: Params) -> MuonState:
         checks.float_params(f"{self.name}.init", params)
-        matrices_only(f"{self.name}.init", params)
+        muon_leaf_dims(f"{self.name}.init", self.weight_dimension_numbers, params)
         coeffs = jnp.asarray(self.ns_coeffs, jnp.float32)
         return MuonState(
             zero_count(), zeros_like(params, self.mu_dtype), coeffs, self.init_hyperparams()
@@ -134,6 +170,7 @@ class ScaleByMuon(Transform):
         # The bias corrections, scalars once per step (unused by the Keras convention).
         scalars = (c, *first_moment_scalars(h, count, self.nesterov, "beta"))
         keras = self.momentum_convention == "keras"
+        dims = iter(muon_leaf_dims(f"{self.name}.update", self.weight_dimension_numbers, updates))
 
         def leaf(g: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
             return _muon_leaf(
@@ -148,6 +185,7 @@ class ScaleByMuon(Transform):
                 ns_steps=self.ns_steps,
                 preconditioning=self.preconditioning,
                 adaptive=self.adaptive,
+                dims=next(dims),
             )
 
         out, mu = unzip(jax.tree.map(leaf, updates, state.mu), updates, 2)
@@ -164,6 +202,7 @@ def scale_by_muon(
     nesterov: bool = True,
     adaptive: bool = False,
     preconditioning: str = "frobenius",
+    weight_dimension_numbers: Any = None,
     momentum_convention: str = "optax",
 ) -> ScaleByMuon:
     r"""Orthogonalises the momentum of each matrix by a Newton-Schulz iteration (Muon).
@@ -187,7 +226,11 @@ def scale_by_muon(
     descent under the spectral norm. ``adaptive`` multiplies it by
     :math:`\langle \hat m_t, u_t \rangle`. The step size by shape is `scale_by_shape`'s.
 
-    Every leaf must be a matrix; `muon` sends the others to AdamW.
+    Every leaf must be a matrix, unless ``weight_dimension_numbers`` says which of its
+    axes are the rows and columns (`MuonDimensionNumbers`): several reduction (or output)
+    axes are merged, and the matrices along the other (batch) axes are orthogonalised one
+    by one, as if each were a leaf of its own (``adaptive``'s factor is taken over the
+    whole leaf, as optax does). `muon` sends the leaves left out to AdamW.
 
     Args:
       ns_coeffs: the triple :math:`(a, b, c)`; or one triple per step, at least
@@ -202,6 +245,10 @@ def scale_by_muon(
       preconditioning: how the matrix is scaled before iterating: ``"frobenius"``,
         ``"spectral"`` (exact largest singular value), ``"aol"`` (per-row rescaling in the
         first step) or ``"schatten"`` (Schatten-4 norm in the first step).
+      weight_dimension_numbers: a `MuonDimensionNumbers` for every leaf, a pytree of them
+        with the structure of the parameters (or a prefix of it; ``None`` for a 2-D leaf
+        taken as it is), or a callable ``params -> such a pytree``. ``None``: every leaf
+        is a matrix ``(fan_in, fan_out)``.
       momentum_convention: ``"optax"`` or ``"keras"`` (see above).
 
     Returns:
@@ -210,8 +257,10 @@ def scale_by_muon(
 
     Raises:
       ValueError: an argument is out of range or unknown, or (at ``init``) a leaf is not a
-        matrix: the message names it.
-      TypeError: ``mu_dtype`` is not floating, or a flag is not a bool.
+        matrix, or its dimension numbers overlap or are out of its rank: the message
+        names it.
+      TypeError: ``mu_dtype`` is not floating, a flag is not a bool, or
+        ``weight_dimension_numbers`` holds something else than dimension numbers.
 
     Example:
       >>> import jax.numpy as jnp, optx
@@ -236,89 +285,33 @@ def scale_by_muon(
         nesterov,
         adaptive,
         preconditioning,
+        weight_dimension_numbers,
         momentum_convention,
     )
 
 
-class ScaleByShapeState(NamedTuple):
-    """State of `scale_by_shape`: its hyperparameter (``consistent_rms``, when set)."""
-
-    hyperparams: dict[str, jax.Array]
-
-
-@transform
-class ScaleByShape(Transform):
-    """See `scale_by_shape`."""
-
-    name = "scale_by_shape"
-    # ``None``: the width rule, nothing to store.
-    consistent_rms: ScalarOrSchedule | None = hp.field(None, hp.NONNEG, optional=True)
-
-    def init(self, params: Params) -> ScaleByShapeState:
-        matrices_only(f"{self.name}.init", params)
-        return ScaleByShapeState(self.init_hyperparams())
-
-    def update(
-        self, updates: Updates, state: ScaleByShapeState, params: Params | None = None, **extra: Any
-    ) -> tuple[Updates, ScaleByShapeState]:
-        checks.float_updates(f"{self.name}.update", updates)
-        del params, extra
-        matrices_only(f"{self.name}.update", updates)
-
-        def leaf(u: jax.Array) -> jax.Array:
-            fan_in, fan_out = u.shape
-            if u.size == 0:  # no fan ratio to take; nothing to scale
-                return u
-            if self.consistent_rms is None:
-                factor = jnp.sqrt(jnp.asarray(max(1.0, fan_out / fan_in), jnp.float32))
-            else:
-                factor = jnp.sqrt(jnp.float32(max(fan_in, fan_out)))
-                factor = factor * state.hyperparams["consistent_rms"]
-            return (u * factor).astype(u.dtype)
-
-        return jax.tree.map(leaf, updates), state
-
-
-def scale_by_shape(consistent_rms: float | None = None) -> ScaleByShape:
-    r"""Scales each matrix's update by a factor of its shape ``(fan_in, fan_out)``.
-
-    ``consistent_rms=None`` gives Jordan's width rule
-    :math:`\sqrt{\max(1, \text{fan\_out} / \text{fan\_in})}`; a number :math:`r` gives
-    :math:`r \sqrt{\max(\text{fan\_in}, \text{fan\_out})}`, which makes the RMS of an
-    orthogonalised update about :math:`r` whatever the shape (Liu et al.; ``0.2`` matches
-    AdamW's typical RMS and Keras's ``Muon(rms_rate=0.2)``).
-
-    Args:
-      consistent_rms: :math:`r \ge 0` (a dynamic hyperparameter), or ``None``.
-
-    Returns:
-      The transform. Every leaf must be 2-D (its first axis the input).
-
-    Raises:
-      ValueError: ``consistent_rms`` is negative; (at ``init``/``update``) a leaf is not 2-D.
-
-    Example:
-      >>> import jax.numpy as jnp, optx
-      >>> tx = optx.scale_by_shape(consistent_rms=0.2)
-      >>> tx.update({"w": jnp.ones((4, 9))}, tx.init({"w": jnp.ones((4, 9))}))[0]["w"][0, 0]
-      Array(0.6, dtype=float32)
-
-    References:
-      Liu et al., "Muon is Scalable for LLM Training", arXiv:2502.16982, 2025.
-    """
-    return ScaleByShape(consistent_rms)
-
-
 @dataclasses.dataclass(frozen=True)
 class MuonLabels:
-    """`partition` labels of `muon`: ``"muon"`` where ``mask`` selects, ``"adam"`` elsewhere.
+    """`partition` labels of `muon`: ``"muon"`` for the leaves it orthogonalises, else ``"adam"``.
 
-    ``mask=None`` selects the 2-D leaves. Hashable and equal by its (frozen) mask.
+    ``mask`` (a frozen ``muon_mask``) or ``dimensions`` (frozen
+    ``muon_weight_dimension_numbers``: the leaves not ``None``) select them; neither selects
+    the 2-D leaves. Hashable and equal by its fields.
     """
 
     mask: Any = None
+    dimensions: Any = None
 
     def __call__(self, params: Params) -> Any:
+        if self.dimensions is not None:
+            name = "muon_weight_dimension_numbers"
+            leaf_dims("muon", name, self.dimensions, params)  # checked here, named as given
+            specs = spec_tree("muon", name, self.dimensions, params)
+            return jax.tree.map(
+                lambda box: "adam" if box.dn is None else "muon",
+                specs,
+                is_leaf=lambda x: isinstance(x, Spec),
+            )
         if self.mask is None:
             selected = jax.tree.map(lambda p: np.ndim(p) == 2, params)
         else:
@@ -354,6 +347,7 @@ def muon(
     adam_eps_root: float = 0.0,
     adam_weight_decay: float = 0.0,
     adam_learning_rate: ScalarOrSchedule | None = None,
+    muon_weight_dimension_numbers: Any = None,
     consistent_rms: float | None = None,
     muon_mask: MaskSpec | None = None,
     momentum_convention: str = "optax",
@@ -396,10 +390,16 @@ def muon(
       adam_eps_root: AdamW's epsilon inside the square root.
       adam_weight_decay: AdamW's weight decay.
       adam_learning_rate: AdamW's learning rate or schedule; ``None`` uses ``learning_rate``.
+      muon_weight_dimension_numbers: which leaves take Muon and how each is a matrix or a
+        batch of matrices: a pytree of `MuonDimensionNumbers` with the structure of the
+        parameters (or a prefix of it), ``None`` for the leaves that take AdamW, or a
+        callable ``params -> such a pytree`` (see `scale_by_muon`). ``None`` (the
+        argument): the 2-D leaves, as matrices ``(fan_in, fan_out)``, or ``muon_mask``.
       consistent_rms: ``None`` for the width rule, or the target RMS (see `scale_by_shape`).
       muon_mask: which leaves take Muon: a pytree of bools, a callable
         ``params -> pytree of bools``, or regular expressions on path names (as `masked`).
-        ``None`` selects the 2-D leaves. A selected leaf that is not 2-D is an error.
+        ``None`` selects the 2-D leaves. A selected leaf that is not 2-D is an error. Give
+        either this or ``muon_weight_dimension_numbers``.
       momentum_convention: ``"optax"`` or ``"keras"`` (see `scale_by_muon`).
       adam_nesterov: Nesterov in AdamW; ``None`` follows ``nesterov`` (as optax).
       adam_eps_placement: ``"optax"`` or ``"keras"`` (see `scale_by_adam`).
@@ -408,11 +408,12 @@ def muon(
     Returns:
       ``partition({"muon": chain(scale_by_muon(...), scale_by_shape(...),
       add_decayed_weights(...), scale_by_learning_rate(...)), "adam": adamw(...)},
-      MuonLabels(muon_mask))``.
+      MuonLabels(muon_mask, muon_weight_dimension_numbers))``.
 
     Raises:
-      ValueError: an argument is out of range; (at ``init``) a leaf routed to Muon is not
-        a matrix.
+      ValueError: an argument is out of range, or both ``muon_mask`` and
+        ``muon_weight_dimension_numbers`` are given; (at ``init``) a leaf routed to Muon is
+        not a matrix, or its dimension numbers do not fit it.
       TypeError: a mask or a flag has the wrong type.
 
     Example:
@@ -438,6 +439,13 @@ def muon(
         adam_nesterov = flag_option("muon", "adam_nesterov", adam_nesterov)
         option("muon", "adam_eps_placement", adam_eps_placement, EPS_PLACEMENTS)
         mask = None if muon_mask is None else _muon_mask(muon_mask)
+        name = "muon_weight_dimension_numbers"
+        dimensions = freeze_dimensions("muon", name, muon_weight_dimension_numbers)
+        if mask is not None and dimensions is not None:
+            raise ValueError(
+                f"`muon` needs muon_mask or {name}, not both: the leaves with dimension "
+                f"numbers take Muon. Received: muon_mask={muon_mask!r}."
+            )
         muon_branch = chain(
             scale_by_muon(
                 ns_coeffs,
@@ -448,9 +456,10 @@ def muon(
                 nesterov=nesterov,
                 adaptive=adaptive,
                 preconditioning=preconditioning,
+                weight_dimension_numbers=dimensions,
                 momentum_convention=momentum_convention,
             ),
-            scale_by_shape(consistent_rms),
+            scale_by_shape(consistent_rms, weight_dimension_numbers=dimensions),
             add_decayed_weights(weight_decay, weight_decay_mask),
             scale_by_learning_rate(learning_rate),
         )
@@ -476,4 +485,4 @@ def muon(
                 nu_dtype=nu_dtype,
                 eps_placement=adam_eps_placement,
             )
-        return partition({"muon": muon_branch, "adam": adam_branch}, MuonLabels(mask))
+        return partition({"muon": muon_branch, "adam": adam_branch}, MuonLabels(mask, dimensions))

@@ -94,7 +94,8 @@ def matrices_only(api: str, tree: Any) -> None:
                 f"`{api}` needs 2-D parameters (matrices). Received: "
                 f"params[{path_name(path)!r}] of shape {np.shape(leaf)}. Route it to the "
                 f"AdamW fallback (in `muon`, leave it out of muon_mask: by default every "
-                f"leaf that is not 2-D goes there) or reshape it to a matrix."
+                f"leaf that is not 2-D goes there), give it MuonDimensionNumbers "
+                f"(weight_dimension_numbers) or reshape it to a matrix."
             )
 
 

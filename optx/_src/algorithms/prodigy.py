@@ -17,7 +17,7 @@ from optx._src.base import (
     transform,
     zero_count,
 )
-from optx._src.combine import Chain, chain
+from optx._src.combine import Chain, MaskSpec, chain, freeze_mask, resolve_mask
 from optx._src.moments import adam_scalars, unzip
 from optx._src.options import flag_options
 
@@ -63,10 +63,14 @@ class ScaleByProdigy(Transform):
     estim_lr_coef: ScalarOrSchedule = hp.field(1.0, hp.NONNEG)
     weight_decay: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
     safeguard_warmup: bool = False
+    weight_decay_mask: MaskSpec = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         flag_options(self, "safeguard_warmup")
+        if self.weight_decay_mask is not None:
+            mask = freeze_mask(self.name, self.weight_decay_mask)
+            object.__setattr__(self, "weight_decay_mask", mask)
 
     def __repr__(self) -> str:
         # Shown as the factory takes them: one ``betas`` pair.
@@ -145,11 +149,18 @@ class ScaleByProdigy(Transform):
         estimate = jnp.where(denominator > 0, h["estim_lr_coef"] * weighted / safe, 0.0)
         new_d = jnp.maximum(d, estimate)
 
-        def step(m: jax.Array, v: jax.Array, p: jax.Array, g: jax.Array) -> jax.Array:
-            u = -wd * dlr * p - dlr * m / (jnp.sqrt(v) + new_d * eps)
+        def step(m: jax.Array, v: jax.Array, p: jax.Array, g: jax.Array, decays: bool) -> jax.Array:
+            u = -dlr * m / (jnp.sqrt(v) + new_d * eps)
+            if decays:
+                u = -wd * dlr * p + u
             return u.astype(g.dtype)
 
-        out = jax.tree.map(step, exp_avg, exp_avg_sq, params, updates)
+        decays = (
+            jax.tree.map(lambda _: True, params)
+            if self.weight_decay_mask is None
+            else resolve_mask(self.name, self.weight_decay_mask, params)
+        )
+        out = jax.tree.map(step, exp_avg, exp_avg_sq, params, updates, decays)
         return out, ProdigyState(
             s.count, exp_avg, exp_avg_sq, grad_sum, state.params0, new_d, weighted, h
         )
@@ -164,6 +175,8 @@ def scale_by_prodigy(
     estim_lr_coef: float = 1.0,
     weight_decay: float = 0.0,
     safeguard_warmup: bool = False,
+    *,
+    weight_decay_mask: MaskSpec | None = None,
 ) -> ScaleByProdigy:
     r"""Prodigy's step: AdamW whose learning rate is an estimate of the distance to a solution.
 
@@ -181,8 +194,10 @@ def scale_by_prodigy(
     with :math:`\beta_1, \beta_2` = ``betas``, :math:`\beta_3` = ``beta3`` (default
     :math:`\sqrt{\beta_2}`), :math:`\eta_t` = ``learning_rate`` (a multiplier of the
     estimate, e.g. a schedule from 1 to 0), :math:`c` = ``estim_lr_coef``, :math:`\lambda` =
-    ``weight_decay``. ``safeguard_warmup`` uses :math:`d_t` instead of :math:`\gamma_t` in
-    :math:`s_t`, so a warm-up schedule's small :math:`\eta_t` does not inflate the estimate.
+    ``weight_decay`` (0 for the parameters ``weight_decay_mask`` leaves out; the moments
+    and the estimate still take every parameter). ``safeguard_warmup`` uses :math:`d_t`
+    instead of :math:`\gamma_t` in :math:`s_t`, so a warm-up schedule's small
+    :math:`\eta_t` does not inflate the estimate.
 
     The learning rate takes part in the estimate, so unlike the other building blocks
     this one applies it itself: its updates are the parameter changes (descent
@@ -201,6 +216,9 @@ def scale_by_prodigy(
       estim_lr_coef: :math:`c \ge 0`, multiplies each new estimate.
       weight_decay: :math:`\lambda \ge 0`, decoupled weight decay scaled by :math:`\gamma_t`.
       safeguard_warmup: leave the learning rate out of :math:`s_t`.
+      weight_decay_mask: which parameters to decay: a pytree of bools, a callable
+        ``params -> pytree of bools``, or regular expressions on parameter paths (as
+        `masked`); ``None`` decays all of them.
 
     Returns:
       The transform; every number above is a dynamic hyperparameter. Its ``update`` needs
@@ -208,7 +226,7 @@ def scale_by_prodigy(
 
     Raises:
       ValueError: an argument is out of range, or ``betas`` is not a pair.
-      TypeError: ``safeguard_warmup`` is not a bool.
+      TypeError: ``safeguard_warmup`` is not a bool, or ``weight_decay_mask`` is malformed.
 
     Example:
       >>> import jax.numpy as jnp, optx
@@ -238,6 +256,7 @@ def scale_by_prodigy(
             estim_lr_coef,
             weight_decay,
             safeguard_warmup,
+            weight_decay_mask,
         )
 
 
@@ -250,6 +269,8 @@ def prodigy(
     estim_lr_coef: float = 1.0,
     weight_decay: float = 0.0,
     safeguard_warmup: bool = False,
+    *,
+    weight_decay_mask: MaskSpec | None = None,
 ) -> Chain:
     r"""The Prodigy optimizer: learning-rate-free AdamW (a D-Adaptation variant).
 
@@ -266,8 +287,10 @@ def prodigy(
       eps: added to the denominator, >= 0.
       estim_lr0: initial estimate :math:`d_0 > 0`.
       estim_lr_coef: multiplies the estimates, >= 0.
-      weight_decay: decoupled weight decay, >= 0.
+      weight_decay: decoupled weight decay, >= 0, scaled by the estimated step.
       safeguard_warmup: leave the learning rate out of the estimate's denominator.
+      weight_decay_mask: which parameters to decay (see `scale_by_prodigy`); ``None``
+        decays all of them.
 
     Returns:
       ``chain(scale_by_prodigy(...))``: the learning rate is applied inside, where the
@@ -303,5 +326,6 @@ def prodigy(
                 estim_lr_coef,
                 weight_decay,
                 safeguard_warmup,
+                weight_decay_mask=weight_decay_mask,
             )
         )

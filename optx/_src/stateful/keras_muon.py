@@ -14,7 +14,8 @@ import jax
 import numpy as np
 
 from optx._src.algorithms.adam import ScaleByAdamState, scale_by_adam
-from optx._src.algorithms.muon import MuonState, scale_by_muon, scale_by_shape
+from optx._src.algorithms.muon import MuonState, scale_by_muon
+from optx._src.algorithms.muon_shape import scale_by_shape
 from optx._src.base import GradientTransformationLike, Params, identity
 from optx._src.combine import chain, partition
 from optx._src.scaling import scale, scale_by_learning_rate
