@@ -19,6 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # a change of the public API is a deliberate, reviewed edit of this file. Keep them sorted.
 OPTX_NAMES = [
     "AccumulateGradientsState",
+    "AdaptiveGradClipState",
     "AddDecayedWeightsState",
     "AddNoiseState",
     "ApplyIfFiniteState",
@@ -40,6 +41,8 @@ OPTX_NAMES = [
     "MaskedState",
     "MonitorState",
     "MuonState",
+    "NonNegativeParamsState",
+    "NormalizeByUpdateNormState",
     "OptState",
     "Params",
     "PartitionState",
@@ -59,6 +62,7 @@ OPTX_NAMES = [
     "ScaleByNadamState",
     "ScaleByNovogradState",
     "ScaleByOptimisticGradientState",
+    "ScaleByParamBlockNormState",
     "ScaleByParamBlockRMSState",
     "ScaleByPolyakState",
     "ScaleByRStdDevState",
@@ -91,6 +95,7 @@ OPTX_NAMES = [
     "adamaxw",
     "adamw",
     "adan",
+    "adaptive_grad_clip",
     "add_decayed_weights",
     "add_noise",
     "ademamix",
@@ -129,6 +134,7 @@ OPTX_NAMES = [
     "identity",
     "join_schedules",
     "kahan_summation",
+    "keep_params_nonnegative",
     "lamb",
     "lars",
     "latest_checkpoint",
@@ -149,12 +155,15 @@ OPTX_NAMES = [
     "nadamw",
     "named_chain",
     "noisy_sgd",
+    "normalize_by_update_norm",
     "novograd",
     "optimistic_adam",
     "optimistic_adam_v2",
     "optimistic_gradient_descent",
     "optimizers",
     "partition",
+    "per_example_global_norm_clip",
+    "per_example_layer_norm_clip",
     "piecewise_constant_schedule",
     "piecewise_interpolate_schedule",
     "polyak_sgd",
@@ -184,6 +193,7 @@ OPTX_NAMES = [
     "scale_by_muon",
     "scale_by_novograd",
     "scale_by_optimistic_gradient",
+    "scale_by_param_block_norm",
     "scale_by_param_block_rms",
     "scale_by_polyak",
     "scale_by_prodigy",
@@ -199,6 +209,7 @@ OPTX_NAMES = [
     "scale_by_stddev",
     "scale_by_trust_ratio",
     "scale_by_yogi",
+    "scale_gradient",
     "scale_hyperparams",
     "scale_loss",
     "schedule_free",
@@ -292,9 +303,26 @@ CONTRIB_NAMES: list[str] = [
 
 MICROBATCHING_NAMES: list[str] = []
 
-PROJECTIONS_NAMES: list[str] = []
+PROJECTIONS_NAMES: list[str] = [
+    "projection_box",
+    "projection_halfspace",
+    "projection_hypercube",
+    "projection_hyperplane",
+    "projection_l1_ball",
+    "projection_l1_sphere",
+    "projection_l2_ball",
+    "projection_l2_sphere",
+    "projection_linf_ball",
+    "projection_non_negative",
+    "projection_simplex",
+    "projection_vector",
+]
 
-SECOND_ORDER_NAMES: list[str] = []
+SECOND_ORDER_NAMES: list[str] = [
+    "fisher_diag",
+    "hessian_diag",
+    "hvp",
+]
 
 TRANSFORMS_NAMES: list[str] = [
     "AddNoiseState",
@@ -303,9 +331,11 @@ TRANSFORMS_NAMES: list[str] = [
     "MaskedNode",
     "MaskedState",
     "MonitorState",
+    "NonNegativeParamsState",
     "PartitionState",
     "TraceState",
     "ZeroNansState",
+    "adaptive_grad_clip",
     "add_decayed_weights",
     "add_noise",
     "apply_if_finite",
@@ -315,11 +345,16 @@ TRANSFORMS_NAMES: list[str] = [
     "clip_by_global_norm",
     "ema",
     "flatten",
+    "keep_params_nonnegative",
     "masked",
     "monitor",
     "named_chain",
     "partition",
+    "per_example_global_norm_clip",
+    "per_example_layer_norm_clip",
     "trace",
+    "unitwise_clip",
+    "unitwise_norm",
     "zero_nans",
 ]
 
@@ -387,6 +422,7 @@ KERAS_SCHEDULES_NAMES = [
 # examples of the transforms that make them.
 NAMEDTUPLES = {
     "AccumulateGradientsState",
+    "AdaptiveGradClipState",
     "AddDecayedWeightsState",
     "AddNoiseState",
     "ApplyIfFiniteState",
@@ -404,6 +440,8 @@ NAMEDTUPLES = {
     "MaskedState",
     "MonitorState",
     "MuonState",
+    "NonNegativeParamsState",
+    "NormalizeByUpdateNormState",
     "PartitionState",
     "ProdigyState",
     "ReduceLROnPlateauState",
@@ -421,6 +459,7 @@ NAMEDTUPLES = {
     "ScaleByNadamState",
     "ScaleByNovogradState",
     "ScaleByOptimisticGradientState",
+    "ScaleByParamBlockNormState",
     "ScaleByParamBlockRMSState",
     "ScaleByPolyakState",
     "ScaleByRStdDevState",
