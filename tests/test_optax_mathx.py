@@ -211,7 +211,9 @@ def test_block_norm_shares_the_rms_maths() -> None:
         return through(norm, params), through(rms, params), jax.grad(partial(through, norm))(zeros)
 
     a, b, g = go({"w": jnp.arange(1.0, 7.0).reshape(2, 3)}, {"w": jnp.zeros((2, 3))})
-    np.testing.assert_allclose(a, b * np.sqrt(6), rtol=8 * EPS32)
+    # Each sums 6 squares (6 EPS32, halved by the root); the RMS divides once more, and the
+    # products and roots round: 2 * (3 + 3) EPS32 apart.
+    np.testing.assert_allclose(a, b * np.sqrt(6), rtol=12 * EPS32)
     assert np.all(np.isfinite(g["w"]))
 
 
