@@ -41,9 +41,14 @@ def _unit_axes(api: str, what: str, shape: tuple[int, ...], axis: Axis) -> Axis:
     )
 
 
-def _norms(x: jax.Array, axes: Axis) -> jax.Array:
-    sq = jnp.sum(_abs_sq(x), axis=axes, keepdims=True)
-    return jnp.broadcast_to(jnp.sqrt(sq), x.shape)
+def _unit_norms(x: jax.Array, axes: Axis) -> jax.Array:
+    """The unit norms, with the reduced axes kept (size 1): they broadcast against ``x``."""
+    return jnp.sqrt(jnp.sum(_abs_sq(x), axis=axes, keepdims=True))
+
+
+def _clip_factor(g_norm: jax.Array, max_norm: jax.Array, div_eps: ArrayLike) -> jax.Array:
+    """1 where ``g_norm < max_norm``, else ``max_norm / max(g_norm, div_eps)``."""
+    return jnp.where(g_norm < max_norm, 1.0, max_norm / jnp.maximum(g_norm, div_eps))
 
 
 def unitwise_norm(x: ArrayLike, axis: Axis = None) -> jax.Array:
@@ -73,7 +78,8 @@ def unitwise_norm(x: ArrayLike, axis: Axis = None) -> jax.Array:
              [5., 1.]], dtype=float32)
     """
     x = jnp.asarray(x)
-    return _norms(x, _unit_axes("unitwise_norm", "x", x.shape, _axis("unitwise_norm", axis)))
+    axes = _unit_axes("unitwise_norm", "x", x.shape, _axis("unitwise_norm", axis))
+    return jnp.broadcast_to(_unit_norms(x, axes), x.shape)
 
 
 def unitwise_clip(
@@ -113,9 +119,8 @@ def unitwise_clip(
             "`unitwise_clip` needs g_norm, max_norm and grad of one shape. Received: shapes "
             f"{shapes[0]}, {shapes[1]} and {shapes[2]}."
         )
-    g_norm, max_norm, grad = jnp.asarray(g_norm), jnp.asarray(max_norm), jnp.asarray(grad)
-    clipped = grad * (max_norm / jnp.maximum(g_norm, div_eps))
-    return jnp.where(g_norm < max_norm, grad, clipped)
+    # grad * 1 is grad exactly: the unclipped units pass unchanged.
+    return jnp.asarray(grad) * _clip_factor(jnp.asarray(g_norm), jnp.asarray(max_norm), div_eps)
 
 
 class AdaptiveGradClipState(NamedTuple):
@@ -159,8 +164,9 @@ class AdaptiveGradClip(Transform):
             axes = _unit_axes(api, f"updates[{path_name(path)!r}]", u.shape, self.axis)
             ct = jnp.promote_types(u.dtype, jnp.float32)
             u32, p32 = u.astype(ct), p.astype(ct)
-            max_norm = clipping * jnp.maximum(_norms(p32, axes), eps)
-            return unitwise_clip(_norms(u32, axes), max_norm, u32).astype(u.dtype)
+            # One factor per unit, broadcast: no array of the leaf's shape but the result.
+            max_norm = clipping * jnp.maximum(_unit_norms(p32, axes), eps)
+            return (u32 * _clip_factor(_unit_norms(u32, axes), max_norm, 1e-6)).astype(u.dtype)
 
         return jax.tree_util.tree_map_with_path(leaf, updates, params), state
 
