@@ -91,7 +91,9 @@ def _updates64(txs: dict[str, Any], path: Any, grads: Any) -> dict[str, Any]:
 # clip's division): each side's update is off by at most (N + 8) EPS64 of its size, the two
 # sides by twice that, relative to each leaf's scale. A hyperparameter that float32 does not
 # hold (optx keeps it in float32, optax in float64) adds EPS32 / 2 relative, per such
-# hyperparameter (`CASES`' second entry). A ratio 1e-9 off lands 100x outside
+# hyperparameter (`CASES`' second entry): the rounding of a constant, the same on every
+# machine (float32(1e-3) is 4.75e-8 off, within the 5.96e-8 bound; the float64 round-off
+# term keeps a margin of about 100x on every CPU). A ratio 1e-9 off lands 100x outside
 # (`test_the_bound_catches_a_ratio_off_by_1e9`).
 RTOL64 = 2 * (N + 8) * EPS64
 
