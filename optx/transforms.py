@@ -3,6 +3,9 @@
 The same objects as at the top level (``optx.transforms.clip is optx.clip``).
 """
 
+from optx._src.agc import adaptive_grad_clip as adaptive_grad_clip
+from optx._src.agc import unitwise_clip as unitwise_clip
+from optx._src.agc import unitwise_norm as unitwise_norm
 from optx._src.algorithms.noisy import AddNoiseState as AddNoiseState
 from optx._src.algorithms.noisy import add_noise as add_noise
 from optx._src.clipping import clip as clip
@@ -26,4 +29,8 @@ from optx._src.momentum import ema as ema
 from optx._src.momentum import trace as trace
 from optx._src.monitor import MonitorState as MonitorState
 from optx._src.monitor import monitor as monitor
+from optx._src.nonnegative import NonNegativeParamsState as NonNegativeParamsState
+from optx._src.nonnegative import keep_params_nonnegative as keep_params_nonnegative
+from optx._src.per_example import per_example_global_norm_clip as per_example_global_norm_clip
+from optx._src.per_example import per_example_layer_norm_clip as per_example_layer_norm_clip
 from optx._src.weight_decay import add_decayed_weights as add_decayed_weights

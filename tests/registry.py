@@ -410,17 +410,19 @@ register(
 )
 
 
-def _load_families() -> frozenset[str]:
+def _load_families() -> tuple[frozenset[str], frozenset[str]]:
     """Entries of optimizer families kept in ``tests/registry_<family>.py``.
 
-    Each such module defines ``FACTORIES_WITH_ARGS`` (a set of public names) and
-    ``entries(register)``, which calls ``register`` for each of its entries. They are loaded
-    by path, so this works whether the tests run as a package or from ``tests/``.
+    Each such module defines ``FACTORIES_WITH_ARGS`` (a set of public names), optionally
+    ``NOT_FACTORIES`` (public callables that build no transform), and ``entries(register)``,
+    which calls ``register`` for each of its entries. They are loaded by path, so this works
+    whether the tests run as a package or from ``tests/``.
     """
     import importlib.util
     import pathlib
 
     names: set[str] = set()
+    others: set[str] = set()
     for path in sorted(pathlib.Path(__file__).parent.glob("registry_*.py")):
         spec = importlib.util.spec_from_file_location(f"_optx_{path.stem}", path)
         assert spec is not None and spec.loader is not None
@@ -428,7 +430,10 @@ def _load_families() -> frozenset[str]:
         spec.loader.exec_module(module)
         module.entries(register)
         names |= set(module.FACTORIES_WITH_ARGS)
-    return frozenset(names)
+        others |= set(getattr(module, "NOT_FACTORIES", ()))
+    return frozenset(names), frozenset(others)
 
 
-FACTORIES_WITH_ARGS = FACTORIES_WITH_ARGS | _load_families()
+_FAMILY_FACTORIES, _FAMILY_NOT_FACTORIES = _load_families()
+FACTORIES_WITH_ARGS = FACTORIES_WITH_ARGS | _FAMILY_FACTORIES
+NOT_FACTORIES = NOT_FACTORIES | _FAMILY_NOT_FACTORIES

@@ -16,7 +16,9 @@ import jax.numpy as jnp
 
 import optx
 
-FACTORIES_WITH_ARGS = frozenset({"differentially_private_aggregate", "dpsgd"})
+# Factories with required arguments are listed for top-level names only (`optx.contrib`'s are
+# found through their registry keys).
+FACTORIES_WITH_ARGS: frozenset[str] = frozenset()
 
 CHAIN = "chain("
 MASKED = "masked("
@@ -124,22 +126,22 @@ def entries(register) -> None:
     # leaf's noise is a separate threefry draw, which XLA:CPU takes about a second to
     # compile; the other leaves go through unchanged.
     register(
-        "differentially_private_aggregate",
+        "contrib.differentially_private_aggregate",
         lambda: optx.masked(
             optx.chain(
                 optx.stateless(per_example),
-                optx.differentially_private_aggregate(1.0, 0.1, key=3),
+                optx.contrib.differentially_private_aggregate(1.0, 0.1, key=3),
             ),
             matrices,
         ),
         repr_prefix=MASKED,
     )
     register(
-        "dpsgd",
+        "contrib.dpsgd",
         lambda: optx.masked(
             optx.chain(
                 optx.stateless(per_example),
-                optx.dpsgd(1e-2, 1.0, 0.1, seed=1, momentum=0.9, nesterov=True),
+                optx.contrib.dpsgd(1e-2, 1.0, 0.1, seed=1, momentum=0.9, nesterov=True),
             ),
             matrices,
         ),

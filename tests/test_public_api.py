@@ -19,6 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # a change of the public API is a deliberate, reviewed edit of this file. Keep them sorted.
 OPTX_NAMES = [
     "AccumulateGradientsState",
+    "AdaptiveGradClipState",
     "AddDecayedWeightsState",
     "AddNoiseState",
     "ApplyIfFiniteState",
@@ -54,6 +55,8 @@ OPTX_NAMES = [
     "MonitorState",
     "MultiTransformState",
     "MuonState",
+    "NonNegativeParamsState",
+    "NormalizeByUpdateNormState",
     "OptState",
     "Params",
     "PartitionState",
@@ -75,6 +78,7 @@ OPTX_NAMES = [
     "ScaleByNadamState",
     "ScaleByNovogradState",
     "ScaleByOptimisticGradientState",
+    "ScaleByParamBlockNormState",
     "ScaleByParamBlockRMSState",
     "ScaleByPolyakState",
     "ScaleByRStdDevState",
@@ -112,6 +116,7 @@ OPTX_NAMES = [
     "adamaxw",
     "adamw",
     "adan",
+    "adaptive_grad_clip",
     "add_decayed_weights",
     "add_noise",
     "ademamix",
@@ -157,6 +162,7 @@ OPTX_NAMES = [
     "inject_stateful_hyperparams",
     "join_schedules",
     "kahan_summation",
+    "keep_params_nonnegative",
     "lamb",
     "lars",
     "latest_checkpoint",
@@ -180,12 +186,15 @@ OPTX_NAMES = [
     "nadamw",
     "named_chain",
     "noisy_sgd",
+    "normalize_by_update_norm",
     "novograd",
     "optimistic_adam",
     "optimistic_adam_v2",
     "optimistic_gradient_descent",
     "optimizers",
     "partition",
+    "per_example_global_norm_clip",
+    "per_example_layer_norm_clip",
     "piecewise_constant_schedule",
     "piecewise_interpolate_schedule",
     "polyak_sgd",
@@ -217,6 +226,7 @@ OPTX_NAMES = [
     "scale_by_muon",
     "scale_by_novograd",
     "scale_by_optimistic_gradient",
+    "scale_by_param_block_norm",
     "scale_by_param_block_rms",
     "scale_by_polyak",
     "scale_by_prodigy",
@@ -232,6 +242,7 @@ OPTX_NAMES = [
     "scale_by_stddev",
     "scale_by_trust_ratio",
     "scale_by_yogi",
+    "scale_gradient",
     "scale_hyperparams",
     "scale_loss",
     "schedule_free",
@@ -364,9 +375,26 @@ CONTRIB_NAMES: list[str] = [
 
 MICROBATCHING_NAMES: list[str] = []
 
-PROJECTIONS_NAMES: list[str] = []
+PROJECTIONS_NAMES: list[str] = [
+    "projection_box",
+    "projection_halfspace",
+    "projection_hypercube",
+    "projection_hyperplane",
+    "projection_l1_ball",
+    "projection_l1_sphere",
+    "projection_l2_ball",
+    "projection_l2_sphere",
+    "projection_linf_ball",
+    "projection_non_negative",
+    "projection_simplex",
+    "projection_vector",
+]
 
-SECOND_ORDER_NAMES: list[str] = []
+SECOND_ORDER_NAMES: list[str] = [
+    "fisher_diag",
+    "hessian_diag",
+    "hvp",
+]
 
 TRANSFORMS_NAMES: list[str] = [
     "AddNoiseState",
@@ -375,9 +403,11 @@ TRANSFORMS_NAMES: list[str] = [
     "MaskedNode",
     "MaskedState",
     "MonitorState",
+    "NonNegativeParamsState",
     "PartitionState",
     "TraceState",
     "ZeroNansState",
+    "adaptive_grad_clip",
     "add_decayed_weights",
     "add_noise",
     "apply_if_finite",
@@ -387,11 +417,16 @@ TRANSFORMS_NAMES: list[str] = [
     "clip_by_global_norm",
     "ema",
     "flatten",
+    "keep_params_nonnegative",
     "masked",
     "monitor",
     "named_chain",
     "partition",
+    "per_example_global_norm_clip",
+    "per_example_layer_norm_clip",
     "trace",
+    "unitwise_clip",
+    "unitwise_norm",
     "zero_nans",
 ]
 
@@ -465,6 +500,7 @@ KERAS_SCHEDULES_NAMES = [
 # examples of the transforms that make them.
 NAMEDTUPLES = {
     "AccumulateGradientsState",
+    "AdaptiveGradClipState",
     "AddDecayedWeightsState",
     "AddNoiseState",
     "ApplyIfFiniteState",
@@ -499,6 +535,8 @@ NAMEDTUPLES = {
     "MultiTransformState",
     "MuonDimensionNumbers",
     "MuonState",
+    "NonNegativeParamsState",
+    "NormalizeByUpdateNormState",
     "NormalizeState",
     "PartitionState",
     "ProdigyState",
@@ -519,6 +557,7 @@ NAMEDTUPLES = {
     "ScaleByNadamState",
     "ScaleByNovogradState",
     "ScaleByOptimisticGradientState",
+    "ScaleByParamBlockNormState",
     "ScaleByParamBlockRMSState",
     "ScaleByPolyakState",
     "ScaleByRStdDevState",

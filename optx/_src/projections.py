@@ -1,7 +1,8 @@
 """Euclidean projections onto convex sets, as constraints: `Box`, `Simplex`, `L1Ball`, `L2Ball`.
 
 Each maps an array to the closest point (in the L2 sense) of its set, computed per leaf on
-the flattened array, and is jit-able. Public as `optx.constraints`; use with
+the flattened array (in float32 at least), and is jit-able: the functions of
+`optx.projections` applied to one leaf. Public as `optx.constraints`; use with
 `optx.constrain` for projected gradient descent.
 """
 
@@ -14,6 +15,12 @@ import jax
 import jax.numpy as jnp
 
 from optx._src.constraints import Constraint, compute_dtype, number
+from optx._src.projection_fns import (
+    projection_box,
+    projection_l1_ball,
+    projection_l2_ball,
+    projection_simplex,
+)
 
 
 def _positive(api: str, scale: float) -> float:
@@ -50,21 +57,7 @@ class Box(Constraint):
 
     def __call__(self, w: jax.Array) -> jax.Array:
         w = jnp.asarray(w)
-        return jnp.clip(w, self.lower, self.upper).astype(w.dtype)
-
-
-def _simplex(x: jax.Array, scale: float) -> jax.Array:
-    """Projection of a vector onto ``{y >= 0, sum(y) = scale}`` (Held et al.; Duchi et al.)."""
-    if x.size == 0:
-        return x
-    u = jnp.sort(x)[::-1]
-    css = jnp.cumsum(u) - scale
-    k = jnp.arange(1, x.size + 1, dtype=x.dtype)
-    # The condition holds for a prefix of k; the largest such k fixes the threshold. The
-    # first entry always holds (u_1 - (u_1 - scale) = scale > 0).
-    rho = jnp.max(jnp.where(u - css / k > 0, jnp.arange(x.size), 0))
-    theta = css[rho] / (rho + 1).astype(x.dtype)
-    return jnp.maximum(x - theta, 0)
+        return projection_box(w, self.lower, self.upper).astype(w.dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +93,7 @@ class Simplex(Constraint):
 
     def __call__(self, w: jax.Array) -> jax.Array:
         w = jnp.asarray(w)
-        x = w.astype(compute_dtype(w)).reshape(-1)
-        return _simplex(x, self.scale).reshape(w.shape).astype(w.dtype)
+        return projection_simplex(w.astype(compute_dtype(w)), self.scale).astype(w.dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,11 +127,7 @@ class L1Ball(Constraint):
 
     def __call__(self, w: jax.Array) -> jax.Array:
         w = jnp.asarray(w)
-        x = w.astype(compute_dtype(w)).reshape(-1)
-        a = jnp.abs(x)
-        projected = jnp.sign(x) * _simplex(a, self.scale)
-        out = jnp.where(jnp.sum(a) <= self.scale, x, projected)
-        return out.reshape(w.shape).astype(w.dtype)
+        return projection_l1_ball(w.astype(compute_dtype(w)), self.scale).astype(w.dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,8 +157,4 @@ class L2Ball(Constraint):
 
     def __call__(self, w: jax.Array) -> jax.Array:
         w = jnp.asarray(w)
-        x = w.astype(compute_dtype(w))
-        sq = jnp.sum(jnp.square(x))
-        # The double `where` keeps the gradient finite at w == 0.
-        norm = jnp.where(sq > 0, jnp.sqrt(jnp.where(sq > 0, sq, 1.0)), 0.0)
-        return (x * (self.scale / jnp.maximum(norm, self.scale))).astype(w.dtype)
+        return projection_l2_ball(w.astype(compute_dtype(w)), self.scale).astype(w.dtype)

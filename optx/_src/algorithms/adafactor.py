@@ -1,4 +1,7 @@
-"""Factored second moments: `scale_by_factored_rms`, `scale_by_param_block_rms`, `adafactor`."""
+"""Factored second moments: `scale_by_factored_rms` and `adafactor`.
+
+`scale_by_param_block_rms`, which `adafactor` chains, is in `norm_scaling.py`.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from optx._src.clipping import clip_by_block_rms
 from optx._src.combine import Chain, MaskSpec, chain
 from optx._src.moments import unzip
 from optx._src.momentum import ema
+from optx._src.norm_scaling import scale_by_param_block_rms
 from optx._src.options import dtype_options
 from optx._src.scaling import (
     ScaleByLearningRate,
@@ -282,72 +286,6 @@ def scale_by_factored_rms(
         factor_axes,
         nu_dtype,
     )
-
-
-class ScaleByParamBlockRMSState(NamedTuple):
-    """State of `scale_by_param_block_rms`: the floor of the scale."""
-
-    hyperparams: dict[str, jax.Array]
-
-
-@transform
-class ScaleByParamBlockRMS(Transform):
-    """See `scale_by_param_block_rms`."""
-
-    name = "scale_by_param_block_rms"
-    min_scale: ScalarOrSchedule = hp.field(1e-3, hp.NONNEG)
-
-    def init(self, params: Params) -> ScaleByParamBlockRMSState:
-        del params
-        return ScaleByParamBlockRMSState(self.init_hyperparams())
-
-    def update(
-        self,
-        updates: Updates,
-        state: ScaleByParamBlockRMSState,
-        params: Params | None = None,
-        **extra: Any,
-    ) -> tuple[Updates, ScaleByParamBlockRMSState]:
-        checks.float_updates(f"{self.name}.update", updates)
-        del extra
-        api = f"{self.name}.update"
-        checks.needs_params(api, params)
-        checks.same_tree(api, updates, params, "updates", "params")
-        floor = state.hyperparams["min_scale"]
-
-        def leaf(u: jax.Array, p: jax.Array) -> jax.Array:
-            p32 = p.astype(jnp.promote_types(p.dtype, jnp.float32))
-            rms = jnp.sqrt(jnp.mean(p32 * p32))
-            return (u * jnp.maximum(rms, floor)).astype(u.dtype)
-
-        return jax.tree.map(leaf, updates, params), state
-
-
-def scale_by_param_block_rms(min_scale: float = 1e-3) -> ScaleByParamBlockRMS:
-    r"""Multiplies each leaf's update by the root mean square of its parameter.
-
-    .. math:: u \leftarrow u \cdot \max(\mathrm{rms}(\theta), s), \qquad
-       \mathrm{rms}(\theta) = \sqrt{\mathrm{mean}(\theta^2)}
-
-    Args:
-      min_scale: the floor :math:`s \ge 0` of the scale (Keras Adafactor's
-        ``epsilon_2``).
-
-    Returns:
-      The transform; ``min_scale`` is a dynamic hyperparameter.
-
-    Raises:
-      ValueError: ``min_scale`` is negative or non-finite.
-
-    Example:
-      >>> import jax.numpy as jnp, optx
-      >>> tx = optx.scale_by_param_block_rms()
-      >>> params = {"w": jnp.array([3.0, -3.0]), "b": jnp.zeros(2)}
-      >>> updates, _ = tx.update({"w": jnp.ones(2), "b": jnp.ones(2)}, tx.init(params), params)
-      >>> updates["w"], updates["b"]
-      (Array([3., 3.], dtype=float32), Array([0.001, 0.001], dtype=float32))
-    """
-    return ScaleByParamBlockRMS(min_scale)
 
 
 @transform
