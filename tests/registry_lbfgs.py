@@ -37,7 +37,29 @@ def loss(params: optx.Params) -> jax.Array:
     return sum(jnp.sum(0.5 * x**2 + 0.1 * jnp.cos(x)) for x in leaves) + 0.05 * total**2
 
 
+def concave(params: optx.Params) -> jax.Array:
+    """``-|params|**2 / 2``: every direction decreases it, far enough along it."""
+    return -0.5 * sum(jnp.sum(x.astype(jnp.float32) ** 2) for x in jax.tree.leaves(params))
+
+
 FN = {"value": None, "value_fn": loss}
+# For the zoom search alone, on the suite's random updates: with `loss` a search along an
+# ascent direction fails, and its errors are then differences of nearly equal values (a
+# float32 round-off of the values, relative to a difference 1e4 times smaller), which jit
+# and eager round differently. Along `concave` the decrease always holds (its errors are
+# exactly 0) and the search grows the step until its last evaluation.
+CONCAVE = {"value": None, "value_fn": concave}
+# What three steps cannot show: along `concave` the decrease always holds, and no interval
+# is ever zoomed into; with L-BFGS's direction on `loss` the searches end in the growth
+# phase too; the backtracking searches never miss the decrease by less than 0.1.
+ZOOM_UNOBSERVABLE = ("approx_dec_rtol", "slope_rtol", "stepsize_precision", "tol")
+LBFGS_UNOBSERVABLE = (
+    "approx_dec_rtol",
+    "increase_factor",
+    "slope_rtol",
+    "stepsize_precision",
+    "tol",
+)
 
 
 def entries(register) -> None:
@@ -50,7 +72,14 @@ def entries(register) -> None:
     )
 
     # L-BFGS: the default zoom search, the backtracking one, and a plain learning rate.
-    register("lbfgs", optx.lbfgs, needs_params=True, repr_prefix=CHAIN, update_kwargs=FN)
+    register(
+        "lbfgs",
+        optx.lbfgs,
+        needs_params=True,
+        repr_prefix=CHAIN,
+        update_kwargs=FN,
+        unobservable=LBFGS_UNOBSERVABLE,
+    )
     register(
         "lbfgs/backtracking",
         lambda: optx.lbfgs(
@@ -60,6 +89,7 @@ def entries(register) -> None:
         needs_params=True,
         repr_prefix=CHAIN,
         update_kwargs=FN,
+        unobservable=("slope_rtol",),
     )
     register(
         "lbfgs/learning_rate_no_linesearch",
@@ -73,25 +103,29 @@ def entries(register) -> None:
         "scale_by_zoom_linesearch",
         lambda: optx.scale_by_zoom_linesearch(10),
         needs_params=True,
-        update_kwargs=FN,
+        update_kwargs=CONCAVE,
+        unobservable=ZOOM_UNOBSERVABLE,
     )
     register(
         "scale_by_zoom_linesearch/bounded_armijo_only",
         lambda: optx.scale_by_zoom_linesearch(
-            6, max_learning_rate=0.5, approx_dec_rtol=None, initial_guess_strategy="one"
+            6, max_learning_rate=8.0, approx_dec_rtol=None, initial_guess_strategy="one"
         ),
         needs_params=True,
-        update_kwargs=FN,
+        update_kwargs=CONCAVE,
+        unobservable=("slope_rtol", "stepsize_precision", "tol"),
     )
     register(
         "scale_by_backtracking_linesearch",
         lambda: optx.scale_by_backtracking_linesearch(10),
         needs_params=True,
         update_kwargs=FN,
+        unobservable=("atol",),
     )
     register(
         "scale_by_backtracking_linesearch/store_grad",
         lambda: optx.scale_by_backtracking_linesearch(6, increase_factor=2.0, store_grad=True),
         needs_params=True,
         update_kwargs=FN,
+        unobservable=("atol",),
     )
