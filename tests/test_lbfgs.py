@@ -16,6 +16,7 @@ import numpy as np
 import optax
 import pytest
 from helpers import assert_close, roundoff_rtol
+from jax.flatten_util import ravel_pytree
 
 import optx
 
@@ -72,7 +73,7 @@ def solve(opt: Any, f: Any, w0: Any, steps: int, gtol: float, **data: Any) -> tu
 
 def lowest_curvature(f: Any, w: Any, **data: Any) -> float:
     """The least eigenvalue of the Hessian of ``f`` at ``w`` (a flat vector of parameters)."""
-    flat, unravel = jax.flatten_util.ravel_pytree(w)
+    flat, unravel = ravel_pytree(w)
     h = jax.hessian(lambda v: f(unravel(v), **data))(flat)
     return float(np.linalg.eigvalsh(np.asarray(h)).min())
 
@@ -98,7 +99,7 @@ def newton(data: dict[str, Any], w0: Any) -> tuple[np.ndarray, float]:
     """The minimiser of `logistic` by Newton's method (quadratically convergent on this
     smooth, strongly convex loss: 30 steps from 0 leave it at float64 round-off), and the
     least eigenvalue of the Hessian there."""
-    flat0, unravel = jax.flatten_util.ravel_pytree(w0)
+    flat0, unravel = ravel_pytree(w0)
     f = jax.jit(lambda v: logistic(unravel(v), **data))
     step = jax.jit(lambda v: v - jnp.linalg.solve(jax.hessian(f)(v), jax.grad(f)(v)))
     v = flat0
@@ -114,7 +115,7 @@ def test_logistic_regression_converges_to_newtons_solution() -> None:
         w0 = {"w": jnp.zeros(4), "b": jnp.zeros(())}
         w, gnorm, _ = solve(optx.lbfgs(), logistic, w0, 100, GTOL, **data)
         best, curvature = newton(data, w0)
-        got = np.asarray(jax.flatten_util.ravel_pytree(w)[0])
+        got = np.asarray(ravel_pytree(w)[0])
     assert float(gnorm) <= GTOL
     # |w - w*| <= |grad| / lambda_min, plus Newton's own round-off (eps64 x its size, ~1).
     np.testing.assert_allclose(got, best, rtol=0, atol=1.01 * float(gnorm) / curvature + 1e-14)
@@ -148,8 +149,8 @@ def trajectory(opt: Any, f: Any, w0: Any, steps: int, **data: Any) -> list[tuple
 
 def hessian_condition(f: Any, ws: list[Any], **data: Any) -> float:
     """The largest condition number of the Hessian of ``f`` along ``ws`` (float64 NumPy)."""
-    unravel = jax.flatten_util.ravel_pytree(ws[0])[1]
-    flat = jnp.stack([jax.flatten_util.ravel_pytree(w)[0] for w in ws])
+    unravel = ravel_pytree(ws[0])[1]
+    flat = jnp.stack([ravel_pytree(w)[0] for w in ws])
     hessians = jax.jit(jax.vmap(jax.hessian(lambda v: f(unravel(v), **data))))(flat)
     eig = np.abs(np.linalg.eigvalsh(np.asarray(hessians)))
     return float(np.max(eig.max(axis=1) / eig.min(axis=1)))
@@ -223,7 +224,7 @@ def test_backtracking_lbfgs_matches_optax_on_logistic_regression() -> None:
         kappa = hessian_condition(logistic, [w0] + [t[0] for t in theirs], **data)
         best, curvature = newton(data, w0)
         gnorm = float(optx.tree.norm(jax.grad(logistic)(ours[-1][0], **data)))
-        got = np.asarray(jax.flatten_util.ravel_pytree(ours[-1][0])[0])
+        got = np.asarray(ravel_pytree(ours[-1][0])[0])
     rtol = roundoff_rtol(ITERATIONS, roundings=10, reduced=5 + 2 * 5 + 64, eps=EPS64) * kappa
     compare(ours, theirs, rtol)
     # Converged too (on a convex loss <s, y> > 0: L-BFGS needs no curvature condition).
