@@ -105,6 +105,7 @@ class ScaleByLBFGS(Transform):
         object.__setattr__(self, "memory_size", size)
 
     def init(self, params: Params) -> ScaleByLBFGSState:
+        checks.float_params(f"{self.name}.init", params)
         stacked = jax.tree.map(lambda p: _stacked_zeros(p, self.memory_size), params)
         return ScaleByLBFGSState(
             count=zero_count(),
@@ -121,6 +122,8 @@ class ScaleByLBFGS(Transform):
         del extra
         api = f"{self.name}.update"
         checks.needs_params(api, params)
+        checks.float_params(api, params)
+        checks.same_tree(api, params, state.params, "params", "the state")
         checks.same_tree(api, updates, state.updates, "updates", "the state")
         size, count = self.memory_size, state.count
         # The memory is updated first, with the step just taken, then used: chained before a

@@ -93,6 +93,7 @@ class ScaleByZoomLinesearch(Transform):
             )
 
     def init(self, params: Params) -> ScaleByZoomLinesearchState:
+        checks.float_params(f"{self.name}.init", params)
         dtype = lm.scalar_dtype(params)
         inf = jnp.full([], jnp.inf, dtype)
         return ScaleByZoomLinesearchState(
@@ -115,7 +116,7 @@ class ScaleByZoomLinesearch(Transform):
         **extra: Any,
     ) -> tuple[Updates, ScaleByZoomLinesearchState]:
         api = f"{self.name}.update"
-        checks.needs_params(api, params)
+        lm.check_trees(api, updates, params)
         dtype = lm.scalar_dtype(params)
         obj = lm.objective(api, params, value, grad, value_fn, extra, dtype)
         h = lm.settings(state, self.hyperparam_fields(), dtype)

@@ -73,6 +73,7 @@ class ScaleByBacktrackingLinesearch(Transform):
         object.__setattr__(self, "max_backtracking_steps", steps)
 
     def init(self, params: Params) -> ScaleByBacktrackingLinesearchState:
+        checks.float_params(f"{self.name}.init", params)
         dtype = lm.scalar_dtype(params)
         inf = jnp.full([], jnp.inf, dtype)
         return ScaleByBacktrackingLinesearchState(
@@ -95,7 +96,7 @@ class ScaleByBacktrackingLinesearch(Transform):
         **extra: Any,
     ) -> tuple[Updates, ScaleByBacktrackingLinesearchState]:
         api = f"{self.name}.update"
-        checks.needs_params(api, params)
+        lm.check_trees(api, updates, params)
         dtype = lm.scalar_dtype(params)
         obj = lm.objective(api, params, value, grad, value_fn, extra, dtype)
         h = lm.settings(state, self.hyperparam_fields(), dtype)

@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from optx._src import checks, placement
 from optx._src import hyperparams as hp
-from optx._src import placement
 from optx._src.base import OptState, Params, Updates
 
 
@@ -42,7 +42,8 @@ def inner(a: Updates, b: Updates) -> jax.Array:
         placement.vdot(_wide(x), _wide(y))
         for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
     ]
-    return functools.reduce(operator.add, parts)
+    # Starting from a float32 0: exact, and an empty tree gives 0.
+    return functools.reduce(operator.add, parts, jnp.zeros([], jnp.float32))
 
 
 def _sq(x: jax.Array) -> jax.Array:
@@ -54,7 +55,7 @@ def _sq(x: jax.Array) -> jax.Array:
 
 def sq_norm(a: Updates) -> jax.Array:
     """The squared global norm of ``a``, in float32 at least."""
-    return functools.reduce(operator.add, [_sq(x) for x in jax.tree.leaves(a)])
+    return functools.reduce(operator.add, [_sq(x) for x in jax.tree.leaves(a)], jnp.zeros([]))
 
 
 def add_scaled(x: Params, step: jax.Array, u: Updates) -> Params:
@@ -76,6 +77,13 @@ def bad_to_inf(error: jax.Array) -> jax.Array:
     """``max(error, 0)``, with NaN (a step outside the function's domain) read as ``inf``."""
     error = jnp.maximum(error, 0.0)
     return jnp.where(jnp.isnan(error), jnp.inf, error)
+
+
+def check_trees(api: str, updates: Updates, params: Params) -> None:
+    """Refuses parameters that are not floating-point arrays, and updates not shaped like them."""
+    checks.needs_params(api, params)
+    checks.float_params(api, params)
+    checks.same_tree(api, updates, params, "updates", "params")
 
 
 def split_kwargs(value_fn: Callable[..., Any], extra: dict[str, Any]) -> dict[str, Any]:
