@@ -71,7 +71,7 @@ _OPTX_TOPICS: tuple[tuple[str, str, str, tuple[str, ...] | None], ...] = (
         "Optimizers",
         "The functional optimizers (optax's names, arguments and defaults), each a short "
         "`chain` of the `scale_by_*` building blocks beside it, one section per family.",
-        ("algorithms.",),
+        ("algorithms.", "lbfgs"),
     ),
     (
         "transforms",

@@ -205,6 +205,19 @@ from optx._src.inject import InjectStatefulHyperparamsState as InjectStatefulHyp
 from optx._src.inject import WrappedSchedule as WrappedSchedule
 from optx._src.inject import inject_hyperparams as inject_hyperparams
 from optx._src.inject import inject_stateful_hyperparams as inject_stateful_hyperparams
+from optx._src.lbfgs import ScaleByLBFGSState as ScaleByLBFGSState
+from optx._src.lbfgs import lbfgs as lbfgs
+from optx._src.lbfgs import scale_by_lbfgs as scale_by_lbfgs
+from optx._src.linesearch import ScaleByZoomLinesearchState as ScaleByZoomLinesearchState
+from optx._src.linesearch import ZoomLinesearchInfo as ZoomLinesearchInfo
+from optx._src.linesearch import scale_by_zoom_linesearch as scale_by_zoom_linesearch
+from optx._src.linesearch import value_and_grad_from_state as value_and_grad_from_state
+from optx._src.linesearch_backtracking import (
+    ScaleByBacktrackingLinesearchState as ScaleByBacktrackingLinesearchState,
+)
+from optx._src.linesearch_backtracking import (
+    scale_by_backtracking_linesearch as scale_by_backtracking_linesearch,
+)
 from optx._src.loss_scale import DynamicLossScaleState as DynamicLossScaleState
 from optx._src.loss_scale import UnscaleGradientsState as UnscaleGradientsState
 from optx._src.loss_scale import dynamic_loss_scale as dynamic_loss_scale

@@ -151,6 +151,7 @@ NOT_FACTORIES = frozenset(
         "shard_state",
         "state_shardings",
         "summary",
+        "value_and_grad_from_state",
     }
 )
 

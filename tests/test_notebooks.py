@@ -21,6 +21,7 @@ EXPECTED = [
     "06_sharding",
     "07_flax",
     "08_custom_optimizer",
+    "09_lbfgs",
 ]
 # Small plots keep a notebook small; a notebook over this size has images to shrink.
 MAX_BYTES = 250_000

@@ -63,6 +63,7 @@ RESETTING = frozenset(
         "cooldown_count",
         "mini_step",
         "steps_since_sync",
+        "num_linesearch_steps",  # a line search's evaluations in its last search
     }
 )
 
@@ -105,6 +106,9 @@ FULL_TREE = frozenset({"masked/tree"})
 #   values, and its output reaches the parameters multiplied by the learning rate.
 # * Prodigy's ``numerator_weighted`` adds a dot product ``<g, x0 - x>`` whose terms cancel:
 #   its scale also counts the size of those terms (`_prodigy_terms`).
+# * A line search's ``decrease_error`` is ``f(w + eta u) - f(w) - c eta slope``: two values
+#   that cancel where the search failed, so its scale also counts the values' size (the
+#   largest ``value`` the search has kept, `_values_size`).
 JIT_EQUALS_EAGER = frozenset(
     {
         "accumulate_gradients/f32_accumulator",
@@ -420,6 +424,18 @@ def _prodigy_terms(key: str, history: list) -> list[float]:
     return sizes
 
 
+def _values_size(history: list) -> list[float]:
+    """Per step, the largest ``|value|`` a line search has kept so far (0 without one)."""
+    sizes, running = [], 0.0
+    for tree in history:
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            if _counter_name(path) == "value":
+                x = np.asarray(leaf, np.float64)
+                running = max(running, float(np.max(np.abs(x[np.isfinite(x)]), initial=0.0)))
+        sizes.append(running)
+    return sizes
+
+
 def check_jit_and_eager(run: dict[str, Any], key: str) -> None:
     if key in JIT_EQUALS_EAGER:
         for t, (jitted, eager) in enumerate(zip(run["first"], run["eager"], strict=True)):
@@ -427,6 +443,7 @@ def check_jit_and_eager(run: dict[str, Any], key: str) -> None:
         return
     scales = _history_scale(run["eager"])
     prodigy_terms = np.maximum.accumulate(_prodigy_terms(key, run["eager"]))
+    values = _values_size(run["eager"])
     for t, (jitted, eager) in enumerate(zip(run["first"], run["eager"], strict=True)):
         assert jax.tree.structure(jitted) == jax.tree.structure(eager)
         for (path, a), b, scale in zip(
@@ -438,6 +455,8 @@ def check_jit_and_eager(run: dict[str, Any], key: str) -> None:
             a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
             if _counter_name(path) == "numerator_weighted":
                 scale = max(scale, prodigy_terms[t])
+            if _counter_name(path) == "decrease_error":
+                scale = max(scale, values[t])
             finite = np.isfinite(b)
             np.testing.assert_array_equal(np.isfinite(a), finite)
             np.testing.assert_allclose(

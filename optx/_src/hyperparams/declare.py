@@ -34,11 +34,14 @@ class Range:
 
     ``schedule_check``, where given, is what a schedule's least and greatest values must
     pass instead (see `check_bounds`): ``> 0`` lets a schedule decay to 0, as Keras does.
+    ``infinite``: ``+inf`` is accepted too (where it switches a criterion off, as a line
+    search's ``curv_rtol=inf`` does).
     """
 
     description: str
     check: Callable[[float], bool] = dataclasses.field(compare=True)
     schedule_check: Callable[[float], bool] | None = None
+    infinite: bool = False
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.description, self.check))
@@ -233,14 +236,19 @@ def validate(
         )
     number = float(value)
     description, ok = range_rule or FINITE
-    if not math.isfinite(number) or not ok(number):
+    if not (math.isfinite(number) or allows(range_rule, number)) or not ok(number):
         raise ValueError(f"`{api}` needs {name} {description}. Received: {name}={value!r}.")
-    if abs(number) > _FLOAT32_MAX:
+    if math.isfinite(number) and abs(number) > _FLOAT32_MAX:
         raise ValueError(
             f"`{api}` needs {name} {description} in float32 (hyperparameters are float32 "
             f"scalars, at most {_FLOAT32_MAX:.4g} in magnitude). Received: {name}={value!r}."
         )
     return number
+
+
+def allows(range_rule: Any, number: float) -> bool:
+    """Whether a non-finite ``number`` is in ``range_rule`` (``+inf`` where it says so)."""
+    return number == math.inf and getattr(range_rule, "infinite", False)
 
 
 def _is_real_scalar(value: Any) -> bool:

@@ -24,6 +24,7 @@ from optx._src.hyperparams.declare import (
     _FLOAT32_MAX,
     FINITE,
     Range,
+    allows,
     is_schedule,
     specs,
     validate,
@@ -580,8 +581,13 @@ def _checked(api: str, name: str, entry: Entry, new: Any, leaf: Any) -> Any:
 
 def _check_in_range(api: str, name: str, entry: Entry, new: Any) -> None:
     values = np.asarray(new, np.float64).ravel()
-    bad = [v for v in values if not (math.isfinite(v) and entry.rule.check(float(v)))]
-    if bad or (values.size and np.max(np.abs(values)) > _FLOAT32_MAX):
+    bad = [
+        v
+        for v in values
+        if not ((math.isfinite(v) or allows(entry.rule, v)) and entry.rule.check(float(v)))
+    ]
+    finite = values[np.isfinite(values)]
+    if bad or (finite.size and np.max(np.abs(finite)) > _FLOAT32_MAX):
         raise ValueError(
             f"`{api}` needs {name} {entry.rule.description}. Received: {name} holding "
             f"{reprs.short(bad[0] if bad else float(np.max(np.abs(values))))}."
