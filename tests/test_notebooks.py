@@ -39,7 +39,7 @@ def source(cell: dict) -> str:
     return "".join(cell["source"])
 
 
-def test_the_notebooks_are_exactly_the_eight():
+def test_the_notebooks_are_exactly_the_listed_ones():
     found = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
     assert found == EXPECTED
 
