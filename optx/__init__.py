@@ -183,6 +183,10 @@ from optx._src.inject import InjectStatefulHyperparamsState as InjectStatefulHyp
 from optx._src.inject import WrappedSchedule as WrappedSchedule
 from optx._src.inject import inject_hyperparams as inject_hyperparams
 from optx._src.inject import inject_stateful_hyperparams as inject_stateful_hyperparams
+from optx._src.linear_algebra import global_norm as global_norm
+from optx._src.linear_algebra import matrix_inverse_pth_root as matrix_inverse_pth_root
+from optx._src.linear_algebra import nnls as nnls
+from optx._src.linear_algebra import power_iteration as power_iteration
 from optx._src.loss_scale import DynamicLossScaleState as DynamicLossScaleState
 from optx._src.loss_scale import UnscaleGradientsState as UnscaleGradientsState
 from optx._src.loss_scale import dynamic_loss_scale as dynamic_loss_scale
@@ -197,6 +201,11 @@ from optx._src.momentum import trace as trace
 from optx._src.monitor import MonitorState as MonitorState
 from optx._src.monitor import monitor as monitor
 from optx._src.monitor import monitor_metrics as monitor_metrics
+from optx._src.multi_normal import multi_normal as multi_normal
+from optx._src.numerics import safe_increment as safe_increment
+from optx._src.numerics import safe_int32_increment as safe_int32_increment
+from optx._src.numerics import safe_norm as safe_norm
+from optx._src.numerics import safe_root_mean_squares as safe_root_mean_squares
 from optx._src.plateau import ReduceOnPlateauState as ReduceOnPlateauState
 from optx._src.plateau import reduce_on_plateau as reduce_on_plateau
 from optx._src.protocol import GradientTransformation as GradientTransformation
@@ -248,6 +257,11 @@ from optx._src.summary import Summary as Summary
 from optx._src.summary import summary as summary
 from optx._src.train_step import TrainStep as TrainStep
 from optx._src.train_step import make_step as make_step
+from optx._src.tree_moments import bias_correction as bias_correction
+from optx._src.tree_moments import update_infinity_moment as update_infinity_moment
+from optx._src.tree_moments import update_moment as update_moment
+from optx._src.tree_moments import update_moment_per_elem_norm as update_moment_per_elem_norm
+from optx._src.tree_state import tree_map_params as tree_map_params
 from optx._src.weight_decay import AddDecayedWeightsState as AddDecayedWeightsState
 from optx._src.weight_decay import DecayBeforeState as DecayBeforeState
 from optx._src.weight_decay import add_decayed_weights as add_decayed_weights
