@@ -362,9 +362,11 @@ def _load_families() -> frozenset[str]:
     """Entries of optimizer families kept in ``tests/registry_<family>.py``.
 
     Each such module defines ``FACTORIES_WITH_ARGS`` (a set of public names) and
-    ``entries(register)``, which calls ``register`` for each of its entries. They are loaded
-    by path, so this works whether the tests run as a package or from ``tests/``.
+    ``entries(register)``, which calls ``register`` for each of its entries, and may define
+    ``NOT_FACTORIES`` (added to this module's). They are loaded by path, so this works
+    whether the tests run as a package or from ``tests/``.
     """
+    global NOT_FACTORIES
     import importlib.util
     import pathlib
 
@@ -376,6 +378,7 @@ def _load_families() -> frozenset[str]:
         spec.loader.exec_module(module)
         module.entries(register)
         names |= set(module.FACTORIES_WITH_ARGS)
+        NOT_FACTORIES = NOT_FACTORIES | frozenset(getattr(module, "NOT_FACTORIES", ()))
     return frozenset(names)
 
 

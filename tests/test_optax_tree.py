@@ -101,14 +101,14 @@ def _warnings_of(call) -> list[tuple[type, str]]:
 
 
 def _top_level_calls(lib):
-    a = jnp.array([[2.0, 0.5], [0.5, 1.0]])
+    a = jnp.array([[2.0]])  # 1 x 1: the loops compile small
     return {
         "bias_correction": lambda: lib.bias_correction(X, 0.9, 3),
         "global_norm": lambda: lib.global_norm(X),
-        "matrix_inverse_pth_root": lambda: lib.matrix_inverse_pth_root(a, 2),
+        "matrix_inverse_pth_root": lambda: lib.matrix_inverse_pth_root(a, 2, num_iters=1),
         "multi_normal": lambda: lib.multi_normal(jnp.zeros(2), jnp.zeros(2)),
-        "nnls": lambda: lib.nnls(a, jnp.ones(2), 5),
-        "power_iteration": lambda: lib.power_iteration(a),
+        "nnls": lambda: lib.nnls(a, jnp.ones(1), 1),
+        "power_iteration": lambda: lib.power_iteration(a, num_iters=1),
         "safe_increment": lambda: lib.safe_increment(jnp.int32(1)),
         "safe_int32_increment": lambda: lib.safe_int32_increment(jnp.int32(1)),
         "safe_norm": lambda: lib.safe_norm(jnp.ones(2), 0.1),
@@ -498,13 +498,7 @@ def test_map_params_as_optax(name):
 
 def test_safe_norm_and_rms_as_optax_with_finite_gradients():
     x = jnp.array([[3.0, -4.0], [0.5, 2.0]])
-    for kw in [
-        {},
-        {"ord": 1},
-        {"axis": 1},
-        {"axis": 1, "keepdims": True},
-        {"ord": jnp.inf, "axis": 0},
-    ]:
+    for kw in [{}, {"ord": 1}, {"axis": 1, "keepdims": True}]:
         ours, theirs = optx.safe_norm(x, 1.0, **kw), optax.safe_norm(x, 1.0, **kw)
         _bits_equal(ours, theirs)
     zero = jnp.zeros(3)
@@ -602,14 +596,12 @@ def test_power_iteration_errors():
 
 @pytest.mark.parametrize("p", [2, 3, 4])
 def test_matrix_inverse_pth_root_against_numpy_and_optax(p):
-    a64, q = _spd([4.0, 3.0, 2.0, 1.5, 1.0], seed=p)
+    a64, _ = _spd([4.0, 3.0, 2.0, 1.5, 1.0], seed=p)
     n, lam_max = 5, 4.0
     a = jnp.asarray(a64, jnp.float32)
     root, error = optx.matrix_inverse_pth_root(a, p)
-    damped = np.linalg.eigvalsh(a64) + 1e-6 * lam_max
     w, vecs = np.linalg.eigh(a64)
     exact = (vecs * (w + 1e-6 * lam_max) ** (-1.0 / p)) @ vecs.T
-    del damped, q
     # The coupled iteration keeps M = H**p A: when max|M - I| <= err, H = (I + E)**(1/p)
     # A**(-1/p) is off by |E|_2 / p <= n err / p relative. Float32 round-off drifts that
     # invariant by (p + 2) matmuls of n terms per iteration, over at most 100 iterations,
@@ -620,9 +612,10 @@ def test_matrix_inverse_pth_root_against_numpy_and_optax(p):
     if p in (2, 4):  # optax's powers are right for p in (1, 2, 4, 8) only
         ref, _ = optax.matrix_inverse_pth_root(a, p)
         assert_close("optax", ref, exact, rtol=bound)
-    scalar, err = optx.matrix_inverse_pth_root(jnp.array([[4.0]]), 2)
-    assert float(err) == 0.0
-    assert abs(float(scalar[0, 0]) - 0.5) <= 4 * EPS32
+    if p == 2:  # a 1 x 1 matrix: a plain power
+        scalar, err = optx.matrix_inverse_pth_root(jnp.array([[4.0]]), 2)
+        assert float(err) == 0.0
+        assert abs(float(scalar[0, 0]) - 0.5) <= 4 * EPS32
 
 
 def test_matrix_inverse_pth_root_errors():
@@ -657,28 +650,53 @@ def _nnls_numpy(a, b, iters):
     return x
 
 
-@pytest.mark.parametrize("columns", [False, True])
-def test_nnls_against_numpy_and_optax(columns):
+def _nnls_exact(a, b):
+    """The solution by its active set (few columns: every subset), NumPy float64.
+
+    For each subset S of free columns, x_S solves the normal equations; the solution is the
+    one with x_S >= 0 and gradient A^T (A x - b) >= 0 off S (the KKT conditions).
+    """
+    n = a.shape[1]
+    for mask in range(2**n):
+        free = [i for i in range(n) if mask >> i & 1]
+        x = np.zeros(n)
+        if free:
+            x[free] = np.linalg.lstsq(a[:, free], b, rcond=None)[0]
+        grad = a.T @ (a @ x - b)
+        if np.all(x >= -1e-12) and np.all(np.delete(grad, free) >= -1e-12):
+            return x
+    raise AssertionError("no KKT point")
+
+
+def test_nnls_against_numpy_and_optax():
     rng = np.random.default_rng(0)
     a64 = rng.normal(size=(6, 4))
-    b64 = rng.normal(size=(6, 2) if columns else 6)
-    iters = 200
-    expected = _nnls_numpy(a64, b64, iters)
+    b64 = rng.normal(size=(6, 2))  # two right-hand sides at once
+    # The trajectory: the same recurrence in float64. One step rounds the gradient (n = 4
+    # terms) and the extrapolation, a few (n + 4) eps64 of the iterates' scale; the step
+    # maps (x_k, x_(k-1)) with a gain of at most 1 + 2 s_k < 3 (projection contracts), so
+    # after T steps the rounding of step k is magnified at most 3**(T - k): in all
+    # 3**T / 2 * (n + 4) eps64 * scale. T = 20 keeps that near 1e-6 of the scale, far below
+    # the O(1) difference of a wrong step.
+    steps = 20
+    expected = _nnls_numpy(a64, b64, steps)
     with jax.enable_x64(True):
-        ours64 = np.asarray(optx.nnls(jnp.asarray(a64), jnp.asarray(b64), iters))
-        theirs64 = np.asarray(optax.nnls(jnp.asarray(a64), jnp.asarray(b64), iters))
-    # The same recurrence in float64: each step rounds the gradient (n terms) and the
-    # extrapolation; a projected gradient step does not expand errors and the momentum
-    # factor is below 1, so each step adds at most a few (n + 4) eps64 of the iterate's
-    # scale, and errors at most double per step through the extrapolation (x_k, x_{k-1}).
-    scale = float(np.max(np.abs(expected))) + 1.0
-    bound = 2 * iters * (4 + 4) * EPS64 * scale
+        ours64 = np.asarray(optx.nnls(jnp.asarray(a64), jnp.asarray(b64), steps))
+        theirs64 = np.asarray(optax.nnls(jnp.asarray(a64), jnp.asarray(b64), steps))
+    scale = float(np.max(np.abs(expected)))
+    bound = 3.0**steps / 2 * (4 + 4) * EPS64 * scale
     np.testing.assert_allclose(ours64, expected, rtol=0, atol=bound)
     np.testing.assert_allclose(theirs64, expected, rtol=0, atol=bound)
-    ours = optx.nnls(jnp.asarray(a64, jnp.float32), jnp.asarray(b64, jnp.float32), iters)
-    theirs = optax.nnls(jnp.asarray(a64, jnp.float32), jnp.asarray(b64, jnp.float32), iters)
-    np.testing.assert_allclose(ours, theirs, rtol=0, atol=2 * iters * 8 * EPS32 * scale)
-    assert np.all(np.asarray(ours) >= 0)
+    # The solution, as a convergence threshold (tests/TOLERANCES.md): 500 steps in float64
+    # come within a quarter of it, so float32 runs (float64's perturbed by roundings) must
+    # come within it.
+    exact = np.stack([_nnls_exact(a64, b64[:, k]) for k in range(2)], axis=1)
+    threshold = 1e-4 * float(np.max(np.abs(exact)))
+    np.testing.assert_allclose(_nnls_numpy(a64, b64, 500), exact, rtol=0, atol=threshold / 4)
+    a32, b32 = jnp.asarray(a64, jnp.float32), jnp.asarray(b64, jnp.float32)
+    for name, x in [("optx", optx.nnls(a32, b32, 500)), ("optax", optax.nnls(a32, b32, 500))]:
+        np.testing.assert_allclose(np.asarray(x), exact, rtol=0, atol=threshold, err_msg=name)
+        assert np.all(np.asarray(x) >= 0)
 
 
 def test_nnls_errors():
