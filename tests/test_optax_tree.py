@@ -20,27 +20,13 @@ import numpy as np
 import optax
 import pytest
 from helpers import EPS32, assert_close
+from registry_tree import NOT_FACTORIES
 
 import optx
 
 EPS64 = float(np.finfo(np.float64).eps)
 
-TOP_LEVEL = [
-    "bias_correction",
-    "global_norm",
-    "matrix_inverse_pth_root",
-    "multi_normal",
-    "nnls",
-    "power_iteration",
-    "safe_increment",
-    "safe_int32_increment",
-    "safe_norm",
-    "safe_root_mean_squares",
-    "tree_map_params",
-    "update_infinity_moment",
-    "update_moment",
-    "update_moment_per_elem_norm",
-]
+TOP_LEVEL = sorted(NOT_FACTORIES)  # optax's top-level utilities
 
 
 def _tree(seed: int, dtype=np.float32):
@@ -280,41 +266,6 @@ def test_dtype_as_optax():
             assert optx.tree.dtype(tree, handler) == expected
 
 
-def test_dtype_errors():
-    mixed = {"a": jnp.ones(1, jnp.float16), "b": jnp.ones(1, jnp.float32)}
-    with pytest.raises(
-        ValueError,
-        match=re.escape(
-            "`optx.tree.dtype` needs leaves of one dtype (or a mixed_dtype_handler). "
-            "Received: float16 at a, and b: float32."
-        ),
-    ):
-        optx.tree.dtype(mixed)
-    with pytest.raises(
-        ValueError,
-        match=re.escape(
-            "`optx.tree.dtype` needs mixed_dtype_handler in (None, 'promote', 'highest', "
-            "'lowest'). Received: mixed_dtype_handler='max'."
-        ),
-    ):
-        optx.tree.dtype(mixed, "max")
-    with pytest.raises(
-        ValueError,
-        match=re.escape(
-            "`optx.tree.dtype` needs dtypes that promote one to the other for this handler. "
-            "Received: int8 and uint8, which promote to int16."
-        ),
-    ):
-        optx.tree.dtype({"i": jnp.ones(1, jnp.int8), "u": jnp.ones(1, jnp.uint8)}, "highest")
-
-
-def test_norm_error():
-    with pytest.raises(
-        ValueError, match=re.escape("`optx.tree.norm` needs ord in (1, 2, 'inf'). Received: ord=3.")
-    ):
-        optx.tree.norm(X, ord=3)
-
-
 # -- bias correction ----------------------------------------------------------------------
 
 
@@ -437,36 +388,6 @@ def test_set_writes_an_optx_hyperparameter_in_force():
     assert float(optx.tree.get(s, "learning_rate")) == pytest.approx(0.3)
     _, s = sched.update(grads, s)
     assert float(optx.tree.get(s, "learning_rate")) == pytest.approx(0.1)
-    with pytest.raises(ValueError, match=re.escape("`optx.tree.set` needs learning_rate")):
-        optx.tree.set(tx.init(params), learning_rate=-1.0)
-
-
-def test_get_and_set_errors():
-    state = optx.chain(optx.clip_by_global_norm(1.0), optx.adam(1e-3)).init({"w": jnp.zeros(2)})
-    with pytest.raises(
-        KeyError,
-        match=re.escape(
-            "`optx.tree.get` needs one value for the key. Received: key='count', which 2 values "
-            "match, at [1][0]ScaleByAdamState.count, [1][1]ScaleByLearningRateState.count. Pass a "
-            "`filtering` function to choose."
-        ),
-    ):
-        optx.tree.get(state, "count")
-    with pytest.raises(
-        KeyError,
-        match=re.escape(
-            "`optx.tree.set` needs keys the tree holds. Received: lr=0.1, which matches no value."
-        ),
-    ):
-        optx.tree.set(state, lr=0.1)
-    with pytest.raises(
-        KeyError,
-        match=re.escape(
-            "`optx.tree.set` needs keys the tree holds. Received: count=0, which matches no value "
-            "that the filtering keeps."
-        ),
-    ):
-        optx.tree.set(state, lambda path, value: False, count=0)
 
 
 @pytest.mark.parametrize("name", ["sgd", "adam", "adamw", "lion", "rmsprop"])
@@ -520,14 +441,6 @@ def test_safe_increment_as_optax():
         jnp.uint8(255),
     ):
         _bits_equal(optx.safe_increment(count), optax.safe_increment(count))
-    with pytest.raises(
-        ValueError,
-        match=re.escape(
-            "`optx.safe_increment` needs an integer or floating-point count. Received: count of "
-            "dtype bool."
-        ),
-    ):
-        optx.safe_increment(jnp.array(True))
 
 
 def test_multi_normal_as_optax():
@@ -576,24 +489,6 @@ def test_power_iteration_against_optax_and_numpy():
     assert abs(float(tree_value) - 10.0) <= 1e-5 * 10.0
 
 
-def test_power_iteration_errors():
-    with pytest.raises(
-        ValueError,
-        match=re.escape(
-            "`optx.power_iteration` needs v0 when matrix is a function (the vector's structure is "
-            "unknown). Received: v0=None."
-        ),
-    ):
-        optx.power_iteration(lambda v: v)
-    with pytest.raises(
-        ValueError,
-        match=re.escape(
-            "`optx.power_iteration` needs a square matrix. Received: matrix of shape (2, 3)."
-        ),
-    ):
-        optx.power_iteration(jnp.ones((2, 3)))
-
-
 @pytest.mark.parametrize("p", [2, 3, 4])
 def test_matrix_inverse_pth_root_against_numpy_and_optax(p):
     a64, _ = _spd([4.0, 3.0, 2.0, 1.5, 1.0], seed=p)
@@ -616,25 +511,6 @@ def test_matrix_inverse_pth_root_against_numpy_and_optax(p):
         scalar, err = optx.matrix_inverse_pth_root(jnp.array([[4.0]]), 2)
         assert float(err) == 0.0
         assert abs(float(scalar[0, 0]) - 0.5) <= 4 * EPS32
-
-
-def test_matrix_inverse_pth_root_errors():
-    for p in (0, 1.5, True):
-        with pytest.raises(
-            ValueError,
-            match=re.escape(
-                f"`optx.matrix_inverse_pth_root` needs p a positive integer (a Python number, not "
-                f"traced). Received: p={p!r}."
-            ),
-        ):
-            optx.matrix_inverse_pth_root(jnp.eye(2), p)
-    with pytest.raises(
-        ValueError,
-        match=re.escape(
-            "`optx.matrix_inverse_pth_root` needs a square matrix. Received: matrix of shape (3,)."
-        ),
-    ):
-        optx.matrix_inverse_pth_root(jnp.ones(3), 2)
 
 
 def _nnls_numpy(a, b, iters):
@@ -699,25 +575,6 @@ def test_nnls_against_numpy_and_optax():
         assert np.all(np.asarray(x) >= 0)
 
 
-def test_nnls_errors():
-    with pytest.raises(
-        ValueError, match=re.escape("`optx.nnls` needs A a matrix. Received: A of shape (3,).")
-    ):
-        optx.nnls(jnp.ones(3), jnp.ones(3), 10)
-    with pytest.raises(
-        ValueError,
-        match=re.escape(
-            "`optx.nnls` needs b of shape (M,) or (M, K) with M = 3, A's rows. Received: b of "
-            "shape (2,)."
-        ),
-    ):
-        optx.nnls(jnp.ones((3, 2)), jnp.ones(2), 10)
-    with pytest.raises(
-        ValueError, match=re.escape("`optx.nnls` needs iters >= 0. Received: iters=-1.")
-    ):
-        optx.nnls(jnp.ones((3, 2)), jnp.ones(3), -1)
-
-
 def test_global_norm_is_the_tree_norm():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -727,3 +584,119 @@ def test_global_norm_is_the_tree_norm():
         match=re.escape("optx.global_norm is deprecated in favor of optx.tree.norm"),
     ):
         optx.global_norm(X)
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+_MIXED = {"a": jnp.ones(1, jnp.float16), "b": jnp.ones(1, jnp.float32)}
+_UNORDERED = {"i": jnp.ones(1, jnp.int8), "u": jnp.ones(1, jnp.uint8)}
+_CHAIN = optx.chain(optx.clip_by_global_norm(1.0), optx.adam(1e-3))
+_SGD = optx.sgd(0.1, momentum=0.9)
+
+ERRORS = [
+    (
+        lambda: optx.tree.dtype(_MIXED),
+        ValueError,
+        "`optx.tree.dtype` needs leaves of one dtype (or a mixed_dtype_handler). "
+        "Received: float16 at a, and b: float32.",
+    ),
+    (
+        lambda: optx.tree.dtype(_MIXED, "max"),
+        ValueError,
+        "`optx.tree.dtype` needs mixed_dtype_handler in (None, 'promote', 'highest', "
+        "'lowest'). Received: mixed_dtype_handler='max'.",
+    ),
+    (
+        lambda: optx.tree.dtype(_UNORDERED, "lowest"),
+        ValueError,
+        "`optx.tree.dtype` needs dtypes that promote one to the other for this handler. "
+        "Received: int8 and uint8, which promote to int16.",
+    ),
+    (
+        lambda: optx.tree.norm(X, ord=3),
+        ValueError,
+        "`optx.tree.norm` needs ord in (1, 2, 'inf'). Received: ord=3.",
+    ),
+    (
+        lambda: optx.tree.get(_CHAIN.init({"w": jnp.zeros(2)}), "count"),
+        KeyError,
+        "`optx.tree.get` needs one value for the key. Received: key='count', which 2 values "
+        "match, at [1][0]ScaleByAdamState.count, [1][1]ScaleByLearningRateState.count. Pass a "
+        "`filtering` function to choose.",
+    ),
+    (
+        lambda: optx.tree.set(_CHAIN.init({"w": jnp.zeros(2)}), lr=0.1),
+        KeyError,
+        "`optx.tree.set` needs keys the tree holds. Received: lr=0.1, which matches no value.",
+    ),
+    (
+        lambda: optx.tree.set(_CHAIN.init({"w": jnp.zeros(2)}), lambda p, v: False, count=0),
+        KeyError,
+        "`optx.tree.set` needs keys the tree holds. Received: count=0, which matches no value "
+        "that the filtering keeps.",
+    ),
+    (
+        lambda: optx.tree.set(_SGD.init({"w": jnp.zeros(2)}), learning_rate=-1.0),
+        ValueError,
+        "`optx.tree.set` needs learning_rate finite and >= 0. Received: learning_rate=-1.0.",
+    ),
+    (
+        lambda: optx.tree.set(_SGD.init({"w": jnp.zeros(2)}), momentum=jnp.ones(3)),
+        ValueError,
+        "`optx.tree.set` needs momentum to be a scalar (or of the stored shape ()). "
+        "Received: momentum of shape (3,).",
+    ),
+    (
+        lambda: optx.safe_increment(jnp.array(True)),
+        ValueError,
+        "`optx.safe_increment` needs an integer or floating-point count. Received: count of "
+        "dtype bool.",
+    ),
+    (
+        lambda: optx.power_iteration(lambda v: v),
+        ValueError,
+        "`optx.power_iteration` needs v0 when matrix is a function (the vector's structure is "
+        "unknown). Received: v0=None.",
+    ),
+    (
+        lambda: optx.power_iteration(jnp.ones((2, 3))),
+        ValueError,
+        "`optx.power_iteration` needs a square matrix. Received: matrix of shape (2, 3).",
+    ),
+    *[
+        (
+            lambda p=p: optx.matrix_inverse_pth_root(jnp.eye(2), p),
+            ValueError,
+            "`optx.matrix_inverse_pth_root` needs p a positive integer (a Python number, not "
+            f"traced). Received: p={p!r}.",
+        )
+        for p in (0, 1.5, True)
+    ],
+    (
+        lambda: optx.matrix_inverse_pth_root(jnp.ones(3), 2),
+        ValueError,
+        "`optx.matrix_inverse_pth_root` needs a square matrix. Received: matrix of shape (3,).",
+    ),
+    (
+        lambda: optx.nnls(jnp.ones(3), jnp.ones(3), 10),
+        ValueError,
+        "`optx.nnls` needs A a matrix. Received: A of shape (3,).",
+    ),
+    (
+        lambda: optx.nnls(jnp.ones((3, 2)), jnp.ones(2), 10),
+        ValueError,
+        "`optx.nnls` needs b of shape (M,) or (M, K) with M = 3, A's rows. Received: b of "
+        "shape (2,).",
+    ),
+    (
+        lambda: optx.nnls(jnp.ones((3, 2)), jnp.ones(3), -1),
+        ValueError,
+        "`optx.nnls` needs iters >= 0. Received: iters=-1.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "message"), ERRORS, ids=[e[2][:50] for e in ERRORS])
+def test_error_message(call, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        call()
