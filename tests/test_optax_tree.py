@@ -40,9 +40,9 @@ def _tree(seed: int, dtype=np.float32):
 X, Y, Z = _tree(0), _tree(1), _tree(2)
 
 
-def _names(fn) -> list[str]:
-    """Parameter names, less optx's extra keyword-only ones."""
-    return [p.name for p in inspect.signature(fn).parameters.values()]
+def _names(fn) -> list[tuple[str, str, object]]:
+    """``(name, kind, default)`` of each parameter."""
+    return [(p.name, p.kind.name, p.default) for p in inspect.signature(fn).parameters.values()]
 
 
 def _optax_tree_names() -> list[str]:
@@ -52,22 +52,21 @@ def _optax_tree_names() -> list[str]:
 # -- the same names and signatures ------------------------------------------------------------
 
 
+def _same_signature(ours, theirs):
+    """Parameter names, kinds and defaults in order; optx may add keyword-only ones."""
+    expected = _names(theirs)
+    got = [p for p in _names(ours) if p in expected or p[1] != "KEYWORD_ONLY"]
+    assert got == expected
+
+
 @pytest.mark.parametrize("name", _optax_tree_names())
 def test_tree_has_optax_name_and_signature(name):
-    ours, theirs = getattr(optx.tree, name), getattr(optax.tree, name)
-    expected = _names(theirs)
-    got = _names(ours)
-    extra = [
-        p.name
-        for p in inspect.signature(ours).parameters.values()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in expected
-    ]
-    assert [n for n in got if n not in extra] == expected
+    _same_signature(getattr(optx.tree, name), getattr(optax.tree, name))
 
 
 @pytest.mark.parametrize("name", TOP_LEVEL)
 def test_top_level_has_optax_name_and_signature(name):
-    assert _names(getattr(optx, name)) == _names(getattr(optax, name))
+    _same_signature(getattr(optx, name), getattr(optax, name))
 
 
 def test_top_level_shares_the_tree_functions():
