@@ -389,6 +389,20 @@ def test_set_writes_an_optx_hyperparameter_in_force():
     assert float(optx.tree.get(s, "learning_rate")) == pytest.approx(0.1)
 
 
+def test_get_and_set_on_packed_hyperparameters_and_under_jit():
+    # `flatten` holds each node's hyperparameters packed in one vector: read and written the same.
+    params = {"w": jnp.zeros(3)}
+    state = optx.flatten(optx.adam(1e-3)).init(params)
+    assert float(optx.tree.get(state, "b1")) == float(np.float32(0.9))
+    new = optx.tree.set(state, learning_rate=0.5, b2=0.99)
+    got = optx.get_hyperparams(new)
+    assert (float(got["learning_rate"]), float(got["b2"])) == (0.5, float(np.float32(0.99)))
+    assert jax.tree.structure(new) == jax.tree.structure(state)
+    # A traced value (a jitted sweep): the state keeps its structure and dtypes.
+    swept = jax.jit(lambda st, lr: optx.tree.set(st, learning_rate=lr))(state, 0.25)
+    assert float(optx.tree.get(swept, "learning_rate")) == 0.25
+
+
 @pytest.mark.parametrize("name", ["sgd", "adam", "adamw", "lion", "rmsprop"])
 def test_map_params_as_optax(name):
     params = {"a": jnp.ones((2, 3)), "b": [jnp.ones(4)]}
