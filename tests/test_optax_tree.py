@@ -481,8 +481,9 @@ def test_power_iteration_against_optax_and_numpy():
     a64, q = _spd([10.0, 5.0, 3.0, 2.0, 1.0])
     n = 5
     a = jnp.asarray(a64, jnp.float32)
-    value, vector = optx.power_iteration(a)
-    ref_value, _ = optax.power_iteration(a)
+    # Jitted: one compile per side instead of one per eager operation.
+    value, vector = jax.jit(optx.power_iteration)(a)
+    ref_value, _ = jax.jit(optax.power_iteration)(a)
     # The same iterations from the same start: each iterate is a matvec (n terms) and a
     # normalisation, off by (n + 3) eps relative per iteration on either side; the loop
     # stops on the residual, which both reach within the same iteration count here.
@@ -507,7 +508,7 @@ def test_matrix_inverse_pth_root_against_numpy_and_optax(p):
     a64, _ = _spd([4.0, 3.0, 2.0, 1.5, 1.0], seed=p)
     n, lam_max = 5, 4.0
     a = jnp.asarray(a64, jnp.float32)
-    root, error = optx.matrix_inverse_pth_root(a, p)
+    root, error = jax.jit(optx.matrix_inverse_pth_root, static_argnums=1)(a, p)
     w, vecs = np.linalg.eigh(a64)
     exact = (vecs * (w + 1e-6 * lam_max) ** (-1.0 / p)) @ vecs.T
     # The coupled iteration keeps M = H**p A: when max|M - I| <= err, H = (I + E)**(1/p)
@@ -518,7 +519,7 @@ def test_matrix_inverse_pth_root_against_numpy_and_optax(p):
     bound = n * float(error) / p + 100 * (p + 2) * n * EPS32 * 4 + 1e-6
     assert_close("optx", root, exact, rtol=bound)
     if p in (2, 4):  # optax's powers are right for p in (1, 2, 4, 8) only
-        ref, _ = optax.matrix_inverse_pth_root(a, p)
+        ref, _ = jax.jit(optax.matrix_inverse_pth_root, static_argnums=1)(a, p)
         assert_close("optax", ref, exact, rtol=bound)
     if p == 2:  # a 1 x 1 matrix: a plain power
         scalar, err = optx.matrix_inverse_pth_root(jnp.array([[4.0]]), 2)
@@ -570,8 +571,8 @@ def test_nnls_against_numpy_and_optax():
     steps = 20
     expected = _nnls_numpy(a64, b64, steps)
     with jax.enable_x64(True):
-        ours64 = np.asarray(optx.nnls(jnp.asarray(a64), jnp.asarray(b64), steps))
-        theirs64 = np.asarray(optax.nnls(jnp.asarray(a64), jnp.asarray(b64), steps))
+        ours64 = np.asarray(jax.jit(optx.nnls, static_argnums=2)(a64, b64, steps))
+        theirs64 = np.asarray(jax.jit(optax.nnls, static_argnums=2)(a64, b64, steps))
     scale = float(np.max(np.abs(expected)))
     bound = 3.0**steps / 2 * (4 + 4) * EPS64 * scale
     np.testing.assert_allclose(ours64, expected, rtol=0, atol=bound)
@@ -583,7 +584,8 @@ def test_nnls_against_numpy_and_optax():
     threshold = 1e-4 * float(np.max(np.abs(exact)))
     np.testing.assert_allclose(_nnls_numpy(a64, b64, 500), exact, rtol=0, atol=threshold / 4)
     a32, b32 = jnp.asarray(a64, jnp.float32), jnp.asarray(b64, jnp.float32)
-    for name, x in [("optx", optx.nnls(a32, b32, 500)), ("optax", optax.nnls(a32, b32, 500))]:
+    for name, lib in [("optx", optx), ("optax", optax)]:
+        x = jax.jit(lib.nnls, static_argnums=2)(a32, b32, 500)
         np.testing.assert_allclose(np.asarray(x), exact, rtol=0, atol=threshold, err_msg=name)
         assert np.all(np.asarray(x) >= 0)
 
