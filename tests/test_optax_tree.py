@@ -134,6 +134,9 @@ ELEMENTWISE = {
     "mul": lambda m: m.mul(X, Y),
     "div": lambda m: m.div(X, Y),
     "scale": lambda m: m.scale(0.5, X),
+    "scale_promotes": lambda m: m.scale(
+        jnp.float32(0.5), {"i": jnp.array([1, 3]), "h": jnp.ones(2, jnp.bfloat16)}
+    ),
     "conj": lambda m: m.conj({"c": jnp.array([1 + 2j, 3 - 1j])}),
     "real": lambda m: m.real({"c": jnp.array([1 + 2j, 3 - 1j])}),
     "clip": lambda m: m.clip(X, -0.5, 0.5),

@@ -128,21 +128,27 @@ def div(tree_x: PyTree, tree_y: PyTree) -> PyTree:
 
 
 def scale(scalar: ArrayLike, tree: PyTree) -> PyTree:
-    """Multiplies every leaf by a scalar, keeping each leaf's dtype.
+    """Multiplies every leaf by a scalar: ``scalar * tree``.
+
+    Dtypes follow JAX's promotion, as in optax: a Python number keeps each leaf's dtype,
+    a float32 array promotes a bfloat16 leaf to float32, and a float scales an integer leaf
+    to floats.
 
     Args:
       scalar: the factor (a number or a scalar array).
       tree: a pytree of arrays.
 
     Returns:
-      ``scalar * tree``, each leaf in its own dtype.
+      ``scalar * tree``, leaf by leaf.
 
     Example:
       >>> import jax.numpy as jnp, optx
       >>> optx.tree.scale(2.0, {"a": jnp.ones(2, jnp.bfloat16)})["a"].dtype
       dtype(bfloat16)
+      >>> optx.tree.scale(0.5, {"a": jnp.array([1, 3])})["a"].tolist()
+      [0.5, 1.5]
     """
-    return jax.tree.map(lambda x: (scalar * x).astype(jnp.result_type(x)), tree)
+    return jax.tree.map(lambda x: scalar * x, tree)
 
 
 def add_scale(tree_x: PyTree, scalar: ArrayLike, tree_y: PyTree) -> PyTree:
