@@ -81,6 +81,14 @@ _OPTX_TOPICS: tuple[tuple[str, str, str, tuple[str, ...] | None], ...] = (
         None,
     ),
     (
+        "utilities",
+        "Utilities",
+        "optax's top-level helpers: moment updates and bias correction over pytrees, norms "
+        "with finite gradients, saturating counters, and linear algebra (power iteration, "
+        "inverse matrix roots, non-negative least squares).",
+        ("linear_algebra", "numerics", "multi_normal", "tree_moments", "tree_state"),
+    ),
+    (
         "inspecting",
         "Inspecting",
         "Reading a state: its hyperparameters, slots and counters as a table, and per-step "

@@ -208,6 +208,10 @@ from optx._src.inject import inject_stateful_hyperparams as inject_stateful_hype
 from optx._src.lbfgs import ScaleByLBFGSState as ScaleByLBFGSState
 from optx._src.lbfgs import lbfgs as lbfgs
 from optx._src.lbfgs import scale_by_lbfgs as scale_by_lbfgs
+from optx._src.linear_algebra import global_norm as global_norm
+from optx._src.linear_algebra import matrix_inverse_pth_root as matrix_inverse_pth_root
+from optx._src.linear_algebra import nnls as nnls
+from optx._src.linear_algebra import power_iteration as power_iteration
 from optx._src.linesearch import ScaleByZoomLinesearchState as ScaleByZoomLinesearchState
 from optx._src.linesearch import ZoomLinesearchInfo as ZoomLinesearchInfo
 from optx._src.linesearch import scale_by_zoom_linesearch as scale_by_zoom_linesearch
@@ -232,6 +236,7 @@ from optx._src.momentum import trace as trace
 from optx._src.monitor import MonitorState as MonitorState
 from optx._src.monitor import monitor as monitor
 from optx._src.monitor import monitor_metrics as monitor_metrics
+from optx._src.multi_normal import multi_normal as multi_normal
 from optx._src.nonnegative import NonNegativeParamsState as NonNegativeParamsState
 from optx._src.nonnegative import keep_params_nonnegative as keep_params_nonnegative
 from optx._src.norm_scaling import NormalizeByUpdateNormState as NormalizeByUpdateNormState
@@ -240,6 +245,10 @@ from optx._src.norm_scaling import ScaleByParamBlockRMSState as ScaleByParamBloc
 from optx._src.norm_scaling import normalize_by_update_norm as normalize_by_update_norm
 from optx._src.norm_scaling import scale_by_param_block_norm as scale_by_param_block_norm
 from optx._src.norm_scaling import scale_by_param_block_rms as scale_by_param_block_rms
+from optx._src.numerics import safe_increment as safe_increment
+from optx._src.numerics import safe_int32_increment as safe_int32_increment
+from optx._src.numerics import safe_norm as safe_norm
+from optx._src.numerics import safe_root_mean_squares as safe_root_mean_squares
 from optx._src.per_example import per_example_global_norm_clip as per_example_global_norm_clip
 from optx._src.per_example import per_example_layer_norm_clip as per_example_layer_norm_clip
 from optx._src.plateau import ReduceOnPlateauState as ReduceOnPlateauState
@@ -293,6 +302,11 @@ from optx._src.summary import Summary as Summary
 from optx._src.summary import summary as summary
 from optx._src.train_step import TrainStep as TrainStep
 from optx._src.train_step import make_step as make_step
+from optx._src.tree_moments import bias_correction as bias_correction
+from optx._src.tree_moments import update_infinity_moment as update_infinity_moment
+from optx._src.tree_moments import update_moment as update_moment
+from optx._src.tree_moments import update_moment_per_elem_norm as update_moment_per_elem_norm
+from optx._src.tree_state import tree_map_params as tree_map_params
 from optx._src.weight_decay import AddDecayedWeightsState as AddDecayedWeightsState
 from optx._src.weight_decay import DecayBeforeState as DecayBeforeState
 from optx._src.weight_decay import add_decayed_weights as add_decayed_weights

@@ -335,11 +335,6 @@ CASES = [
         ValueError,
         "`optx.tree.norm` needs ord in (1, 2, 'inf'). Received: ord=3.",
     ),
-    (
-        lambda: optx.tree.norm(P, ord=1, squared=True),
-        ValueError,
-        "`optx.tree.norm` needs ord=2 with squared=True. Received: ord=1.",
-    ),
 ]
 
 

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from optx._src import checks, display, placement, sparse
 from optx._src import hyperparams as hp
@@ -593,11 +594,36 @@ def transform(cls: type) -> type:
     return dataclasses.dataclass(frozen=True, repr=False, eq=True)(cls)
 
 
-def safe_increment(count: jax.Array) -> jax.Array:
-    """Adds one to an integer counter, saturating at its dtype's maximum."""
+def safe_increment(count: ArrayLike) -> jax.Array:
+    """Adds one to a counter, saturating at its dtype's largest value instead of wrapping.
+
+    Args:
+      count: an integer or floating-point counter (a scalar or an array).
+
+    Returns:
+      ``count + 1`` in ``count``'s dtype, or ``count`` where it is already the largest
+      value of that dtype.
+
+    Raises:
+      ValueError: ``count`` is neither an integer nor a floating-point number.
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> optx.safe_increment(jnp.int32(2**31 - 1))
+      Array(2147483647, dtype=int32)
+    """
     count = jnp.asarray(count)
-    max_value = jnp.iinfo(count.dtype).max
-    return jnp.where(count < max_value, count + 1, max_value).astype(count.dtype)
+    if jnp.issubdtype(count.dtype, jnp.integer):
+        max_value = jnp.iinfo(count.dtype).max
+    elif jnp.issubdtype(count.dtype, jnp.floating):
+        max_value = jnp.finfo(count.dtype).max
+    else:
+        raise ValueError(
+            f"`optx.safe_increment` needs an integer or floating-point count. "
+            f"Received: count of dtype {count.dtype}."
+        )
+    max_value = jnp.asarray(max_value, count.dtype)
+    return jnp.where(count < max_value, count + jnp.ones([], count.dtype), max_value)
 
 
 def zero_count() -> jax.Array:

@@ -7,9 +7,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from optx._src import checks
+from optx._src import checks, tree_reduce
 from optx._src import hyperparams as hp
-from optx._src import tree as tree_lib
 from optx._src.base import EmptyState, Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.tree import is_none
 
@@ -145,7 +144,7 @@ class ClipByGlobalNorm(_Clip):
         c = state.hyperparams["max_norm"]
         # Squares summed in float32 whatever the leaves' dtype: a bfloat16 sum per leaf would
         # round each leaf's share, so the norm would depend on how leaves are grouped.
-        g_norm = tree_lib.norm([_f32(u) for u in jax.tree.leaves(updates) if u is not None])
+        g_norm = tree_reduce.norm([_f32(u) for u in jax.tree.leaves(updates) if u is not None])
         # One scalar factor, multiplied in (in float32 at least): XLA fuses a product with a
         # scalar into every consumer of the clipped leaf (Adam's two moments), where a
         # division per element made XLA:CPU write the clipped gradients out first, a

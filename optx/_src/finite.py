@@ -7,8 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from optx._src import checks, placement
-from optx._src import tree as tree_lib
+from optx._src import checks, placement, tree_reduce
 from optx._src.base import (
     GradientTransformationLike,
     OptState,
@@ -64,7 +63,7 @@ class ApplyIfFinite(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, ApplyIfFiniteState]:
-        finite = tree_lib.all_finite(updates)
+        finite = tree_reduce.all_finite(updates)
         notfinite_count = jnp.where(finite, 0, safe_increment(state.notfinite_count))
         accepts = accepts_extra(self.inner)
 

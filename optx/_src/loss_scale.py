@@ -12,9 +12,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from optx._src import checks
+from optx._src import checks, tree_reduce
 from optx._src import hyperparams as hp
-from optx._src import tree as tree_lib
 from optx._src.base import (
     GradientTransformationLike,
     OptState,
@@ -192,7 +191,7 @@ class DynamicLossScale(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, DynamicLossScaleState]:
-        finite = tree_lib.all_finite(updates)
+        finite = tree_reduce.all_finite(updates)
         scale = state.scale
         accepts = accepts_extra(self.inner)
 

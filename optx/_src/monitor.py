@@ -7,9 +7,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from optx._src import checks
+from optx._src import checks, tree_reduce
 from optx._src import hyperparams as hp
-from optx._src import tree as tree_lib
 from optx._src.base import (
     GradientTransformationLike,
     OptState,
@@ -103,7 +102,7 @@ class Monitor(Transform):
 
 def _norm(tree: Any) -> jax.Array:
     """The global L2 norm in float32, whatever the leaves' dtypes (one reduction)."""
-    return tree_lib.norm(jax.tree.map(lambda x: jnp.asarray(x, _F32), tree)).astype(_F32)
+    return tree_reduce.norm(jax.tree.map(lambda x: jnp.asarray(x, _F32), tree)).astype(_F32)
 
 
 def _add_saturating(count: jax.Array, n: jax.Array) -> jax.Array:

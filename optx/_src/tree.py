@@ -73,110 +73,142 @@ def leaves_with_paths(tree: PyTree, is_leaf: Any = None) -> list[tuple[str, Any]
     return [(path_name(p), leaf) for p, leaf in flat]
 
 
-def add(x: PyTree, y: PyTree) -> PyTree:
-    """Leafwise ``x + y``.
+def add(tree_x: PyTree, tree_y: PyTree, *other_trees: PyTree) -> PyTree:
+    """Leafwise sum of two or more trees of the same structure.
+
+    Args:
+      tree_x: a pytree.
+      tree_y: a pytree with the structure of ``tree_x``.
+      *other_trees: more pytrees with that structure, added too.
+
+    Returns:
+      ``tree_x + tree_y + ...``, leaf by leaf.
 
     Example:
       >>> import optx
-      >>> optx.tree.add({"a": 1.0}, {"a": 2.0})
-      {'a': 3.0}
+      >>> optx.tree.add({"a": 1.0}, {"a": 2.0}, {"a": 4.0})
+      {'a': 7.0}
     """
-    return jax.tree.map(operator.add, x, y)
+    return jax.tree.map(
+        lambda *xs: functools.reduce(operator.add, xs), tree_x, tree_y, *other_trees
+    )
 
 
-def sub(x: PyTree, y: PyTree) -> PyTree:
-    """Leafwise ``x - y``.
+def sub(tree_x: PyTree, tree_y: PyTree) -> PyTree:
+    """Leafwise ``tree_x - tree_y``.
 
     Example:
       >>> import optx
       >>> optx.tree.sub({"a": 1.0}, {"a": 2.0})
       {'a': -1.0}
     """
-    return jax.tree.map(operator.sub, x, y)
+    return jax.tree.map(operator.sub, tree_x, tree_y)
 
 
-def mul(x: PyTree, y: PyTree) -> PyTree:
-    """Leafwise ``x * y``.
+def mul(tree_x: PyTree, tree_y: PyTree) -> PyTree:
+    """Leafwise ``tree_x * tree_y``.
 
     Example:
       >>> import optx
       >>> optx.tree.mul({"a": 3.0}, {"a": 2.0})
       {'a': 6.0}
     """
-    return jax.tree.map(operator.mul, x, y)
+    return jax.tree.map(operator.mul, tree_x, tree_y)
 
 
-def scale(factor: ArrayLike, tree: PyTree) -> PyTree:
-    """Multiplies every leaf by a scalar, keeping each leaf's dtype.
+def div(tree_x: PyTree, tree_y: PyTree) -> PyTree:
+    """Leafwise ``tree_x / tree_y`` (true division).
+
+    Example:
+      >>> import optx
+      >>> optx.tree.div({"a": 3.0}, {"a": 2.0})
+      {'a': 1.5}
+    """
+    return jax.tree.map(operator.truediv, tree_x, tree_y)
+
+
+def scale(scalar: ArrayLike, tree: PyTree) -> PyTree:
+    """Multiplies every leaf by a scalar: ``scalar * tree``.
+
+    Dtypes follow JAX's promotion, as in optax: a Python number keeps each leaf's dtype,
+    a float32 array promotes a bfloat16 leaf to float32, and a float scales an integer leaf
+    to floats.
+
+    Args:
+      scalar: the factor (a number or a scalar array).
+      tree: a pytree of arrays.
+
+    Returns:
+      ``scalar * tree``, leaf by leaf.
 
     Example:
       >>> import jax.numpy as jnp, optx
       >>> optx.tree.scale(2.0, {"a": jnp.ones(2, jnp.bfloat16)})["a"].dtype
       dtype(bfloat16)
+      >>> optx.tree.scale(0.5, {"a": jnp.array([1, 3])})["a"].tolist()
+      [0.5, 1.5]
     """
-    return jax.tree.map(lambda x: (x * factor).astype(jnp.result_type(x)), tree)
+    return jax.tree.map(lambda x: scalar * x, tree)
 
 
-def vdot(x: PyTree, y: PyTree) -> jax.Array:
-    """The inner product of two trees: the sum over leaves of ``vdot(x_leaf, y_leaf)``.
+def add_scale(tree_x: PyTree, scalar: ArrayLike, tree_y: PyTree) -> PyTree:
+    """Leafwise ``tree_x + scalar * tree_y``; a ``None`` leaf of ``tree_x`` stays ``None``.
 
     Example:
       >>> import jax.numpy as jnp, optx
-      >>> float(optx.tree.vdot({"a": jnp.array([1.0, 2.0])}, {"a": jnp.array([3.0, 4.0])}))
-      11.0
+      >>> optx.tree.add_scale({"a": jnp.ones(2)}, 0.5, {"a": jnp.array([2.0, 4.0])})
+      {'a': Array([2., 3.], dtype=float32)}
     """
-    parts = jax.tree.leaves(jax.tree.map(lambda a, b: jnp.vdot(a, b), x, y))
-    return functools.reduce(operator.add, parts, jnp.zeros([], jnp.float32))
+    scalar = jnp.asarray(scalar)
+    return jax.tree.map(
+        lambda x, y: None if x is None else x + scalar * y, tree_x, tree_y, is_leaf=is_none
+    )
 
 
-def sum(tree: PyTree) -> jax.Array:
-    """The sum of every element of every leaf.
+def conj(tree: PyTree) -> PyTree:
+    """The complex conjugate of every leaf (real leaves are unchanged).
 
     Example:
       >>> import jax.numpy as jnp, optx
-      >>> float(optx.tree.sum({"a": jnp.ones(3), "b": 2.0}))
-      5.0
+      >>> optx.tree.conj({"a": jnp.array([1 + 2j])})
+      {'a': Array([1.-2.j], dtype=complex64)}
     """
-    parts = [jnp.sum(x) for x in jax.tree.leaves(tree)]
-    return functools.reduce(operator.add, parts, jnp.zeros([], jnp.float32))
+    return jax.tree.map(jnp.conj, tree)
 
 
-def norm(tree: PyTree, ord: int | float | str | None = 2, squared: bool = False) -> jax.Array:
-    """The norm of a tree seen as one flat vector (the "global norm").
-
-    Args:
-      tree: a pytree of arrays.
-      ord: ``2`` (or ``None``), ``1``, or ``"inf"`` / ``jnp.inf``.
-      squared: return the squared norm (``ord=2`` only).
-
-    Returns:
-      A float32 scalar (or wider, for float64 leaves).
-
-    Raises:
-      ValueError: ``ord`` is not supported, or ``squared`` with ``ord != 2``.
+def real(tree: PyTree) -> PyTree:
+    """The real part of every leaf.
 
     Example:
       >>> import jax.numpy as jnp, optx
-      >>> float(optx.tree.norm({"a": jnp.array([3.0]), "b": jnp.array([4.0])}))
-      5.0
+      >>> optx.tree.real({"a": jnp.array([1 + 2j])})
+      {'a': Array([1.], dtype=float32)}
     """
-    leaves = jax.tree.leaves(tree)
-    if ord in (2, None, "fro"):
-        total = functools.reduce(
-            operator.add, [jnp.sum(jnp.square(x)) for x in leaves], jnp.zeros([], jnp.float32)
-        )
-        return total if squared else jnp.sqrt(total)
-    if squared:
-        raise ValueError(f"`optx.tree.norm` needs ord=2 with squared=True. Received: ord={ord!r}.")
-    if ord == 1:
-        return functools.reduce(
-            operator.add, [jnp.sum(jnp.abs(x)) for x in leaves], jnp.zeros([], jnp.float32)
-        )
-    if ord in ("inf", jnp.inf):
-        return functools.reduce(
-            jnp.maximum, [jnp.max(jnp.abs(x)) for x in leaves], jnp.zeros([], jnp.float32)
-        )
-    raise ValueError(f"`optx.tree.norm` needs ord in (1, 2, 'inf'). Received: ord={ord!r}.")
+    return jax.tree.map(jnp.real, tree)
+
+
+def clip(
+    tree: PyTree, min_value: ArrayLike | None = None, max_value: ArrayLike | None = None
+) -> PyTree:
+    """Every element clipped to ``[min_value, max_value]`` (``None``: no bound on that side).
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> optx.tree.clip({"a": jnp.array([-2.0, 0.5, 3.0])}, -1.0, 1.0)
+      {'a': Array([-1. ,  0.5,  1. ], dtype=float32)}
+    """
+    return jax.tree.map(lambda x: jnp.clip(x, min_value, max_value), tree)
+
+
+def batch_shape(tree: PyTree, shape: tuple[int, ...] = ()) -> PyTree:
+    """Every leaf broadcast to leading batch dimensions ``shape``.
+
+    Example:
+      >>> import jax.numpy as jnp, optx
+      >>> optx.tree.batch_shape({"a": jnp.ones(3)}, (2,))["a"].shape
+      (2, 3)
+    """
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (*shape, *jnp.shape(x))), tree)
 
 
 def zeros_like(tree: PyTree, dtype: DTypeLike | None = None) -> PyTree:
@@ -215,86 +247,15 @@ def full_like(tree: PyTree, fill_value: ArrayLike, dtype: DTypeLike | None = Non
     return jax.tree.map(lambda x: placement.full_like(x, fill_value, dtype), tree)
 
 
-def cast(tree: PyTree, dtype: DTypeLike | None) -> PyTree:
-    """Casts every leaf to ``dtype``; ``None`` leaves the tree as it is.
-
-    Example:
-      >>> import jax.numpy as jnp, optx
-      >>> optx.tree.cast({"a": jnp.ones(2)}, jnp.bfloat16)["a"].dtype
-      dtype(bfloat16)
-    """
-    if dtype is None:
-        return tree
-    return jax.tree.map(lambda x: jnp.asarray(x).astype(dtype), tree)
-
-
-def cast_like(tree: PyTree, like: PyTree) -> PyTree:
-    """Casts each leaf of ``tree`` to the dtype of the matching leaf of ``like``.
-
-    Example:
-      >>> import jax.numpy as jnp, optx
-      >>> optx.tree.cast_like({"a": jnp.ones(2)}, {"a": jnp.ones(2, jnp.float16)})["a"].dtype
-      dtype('float16')
-    """
-    return jax.tree.map(
-        lambda x, y: None if x is None else jnp.asarray(x).astype(jnp.result_type(y)),
-        tree,
-        like,
-        is_leaf=is_none,
-    )
-
-
-def where(condition: ArrayLike, x: PyTree, y: PyTree) -> PyTree:
-    """Leafwise ``jnp.where(condition, x, y)`` with one scalar condition.
+def where(condition: ArrayLike, tree_x: PyTree, tree_y: PyTree) -> PyTree:
+    """Leafwise ``jnp.where(condition, x, y)``: ``tree_x`` where ``condition`` holds.
 
     Example:
       >>> import jax.numpy as jnp, optx
       >>> optx.tree.where(False, {"a": jnp.ones(1)}, {"a": jnp.zeros(1)})
       {'a': Array([0.], dtype=float32)}
     """
-    return jax.tree.map(lambda a, b: jnp.where(condition, a, b), x, y)
-
-
-def all_finite(tree: PyTree) -> jax.Array:
-    """Whether every element of every leaf is finite (a boolean scalar).
-
-    Example:
-      >>> import jax.numpy as jnp, optx
-      >>> bool(optx.tree.all_finite({"a": jnp.array([1.0, jnp.inf])}))
-      False
-    """
-    leaves = jax.tree.leaves(tree)
-    if not leaves:
-        return jnp.array(True)
-    return functools.reduce(jnp.logical_and, [jnp.all(jnp.isfinite(x)) for x in leaves])
-
-
-def size(tree: PyTree) -> int:
-    """The number of elements over all leaves.
-
-    Example:
-      >>> import jax.numpy as jnp, optx
-      >>> optx.tree.size({"a": jnp.ones((2, 3)), "b": jnp.ones(4)})
-      10
-    """
-    return int(functools.reduce(operator.add, [jnp.size(x) for x in jax.tree.leaves(tree)], 0))
-
-
-def nbytes(tree: PyTree) -> int:
-    """The number of bytes over all array leaves.
-
-    Example:
-      >>> import jax.numpy as jnp, optx
-      >>> optx.tree.nbytes({"a": jnp.ones((2, 3)), "b": jnp.ones(4, jnp.bfloat16)})
-      32
-    """
-    return int(
-        functools.reduce(
-            operator.add,
-            [jnp.size(x) * jnp.dtype(jnp.result_type(x)).itemsize for x in jax.tree.leaves(tree)],
-            0,
-        )
-    )
+    return jax.tree.map(lambda a, b: jnp.where(condition, a, b), tree_x, tree_y)
 
 
 def _is_placeholder(x: Any) -> bool:
