@@ -99,6 +99,7 @@ STATES: dict[str, str] = {
     "optax.ScaleByRmsState": "a `count` first (optax's keeps none)",
     "optax.contrib.ProdigyState": _ONE_COUNT + " (optax's is last)",
     "optax.contrib.ScaleByAdemamixState": _ONE_COUNT + " (no `count_m2`)",
+    "optax.contrib.ScaleBySimplifiedAdEMAMixState": "the step count is `count` (optax's `t`)",
     "optax.contrib.ScheduleFreeState": (
         _ONE_COUNT + " (no `b1` or `step_count`: `b1` is a hyperparameter in the state)"
     ),
@@ -139,9 +140,15 @@ def _signature(obj: Any) -> inspect.Signature | None:
         return None
 
 
+def _is_transform(x: Any) -> bool:
+    return callable(getattr(x, "init", None)) and callable(getattr(x, "update", None))
+
+
 def _same_default(a: Any, b: Any) -> bool:
     if a is b:
         return True
+    if _is_transform(a) and _is_transform(b):
+        return True  # a default transform (`lbfgs`'s line search): built alike, not comparable
     if callable(a) or callable(b):
         # Functions (a default `clip_value_fn`) compare by what they compute, not identity;
         # dtypes (`jnp.float32`) by name.
