@@ -117,6 +117,16 @@ def scale(factor: ArrayLike, tree: PyTree) -> PyTree:
     return jax.tree.map(lambda x: (x * factor).astype(jnp.result_type(x)), tree)
 
 
+def abs_sq(x: jax.Array) -> jax.Array:
+    """``|x|**2`` elementwise, real: ``x * x`` for real ``x``, ``re**2 + im**2`` for complex.
+
+    (Not exported: optx's transforms use it for second moments and norms, as optax does.)
+    """
+    if jnp.iscomplexobj(x):
+        return jnp.square(jnp.real(x)) + jnp.square(jnp.imag(x))
+    return jnp.square(x)
+
+
 def vdot(x: PyTree, y: PyTree) -> jax.Array:
     """The inner product of two trees: the sum over leaves of ``vdot(x_leaf, y_leaf)``.
 
@@ -163,7 +173,7 @@ def norm(tree: PyTree, ord: int | float | str | None = 2, squared: bool = False)
     leaves = jax.tree.leaves(tree)
     if ord in (2, None, "fro"):
         total = functools.reduce(
-            operator.add, [jnp.sum(jnp.square(x)) for x in leaves], jnp.zeros([], jnp.float32)
+            operator.add, [jnp.sum(abs_sq(x)) for x in leaves], jnp.zeros([], jnp.float32)
         )
         return total if squared else jnp.sqrt(total)
     if squared:

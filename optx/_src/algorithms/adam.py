@@ -24,9 +24,11 @@ from optx._src.base import (
 )
 from optx._src.combine import Chain, MaskSpec, chain
 from optx._src.moments import (
+    abs_sq,
     adam_scalars,
     first_moment_scalars,
     nadam_schedule,
+    real_zeros_like,
     second_moment_scalars,
     unzip,
     zeros_like,
@@ -60,11 +62,12 @@ class ScaleByNadamState(NamedTuple):
 
 def adam_state_init(self: Any, params: Params) -> ScaleByAdamState:
     """``init`` of the transforms whose state is `ScaleByAdamState` (adamax, radam, ...)."""
-    checks.float_params(f"{self.name}.init", params)
+    checks.float_params(f"{self.name}.init", params, complex_ok=True)
+    checks.complex_slot(f"{self.name}.init", "mu_dtype", self.mu_dtype, params)
     return ScaleByAdamState(
         zero_count(),
         zeros_like(params, self.mu_dtype),
-        zeros_like(params, self.nu_dtype),
+        real_zeros_like(params, self.nu_dtype),
         self.init_hyperparams(),
     )
 
@@ -103,8 +106,9 @@ class ScaleByAdam(Transform):
         return text.replace(", momentum_decay=None)", ")")
 
     def init(self, params: Params) -> ScaleByAdamState | ScaleByNadamState:
-        checks.float_params(f"{self.name}.init", params)
-        mu, nu = zeros_like(params, self.mu_dtype), zeros_like(params, self.nu_dtype)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
+        checks.complex_slot(f"{self.name}.init", "mu_dtype", self.mu_dtype, params)
+        mu, nu = zeros_like(params, self.mu_dtype), real_zeros_like(params, self.nu_dtype)
         h = self.init_hyperparams()
         if self.momentum_decay is None:
             return ScaleByAdamState(zero_count(), mu, nu, h)
@@ -131,7 +135,7 @@ class ScaleByAdam(Transform):
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
             new_m = s.c1 * g + s.b1 * m
-            new_v = s.c2 * jnp.square(g) + s.b2 * v
+            new_v = s.c2 * abs_sq(g) + s.b2 * v
             m_hat = new_m * k_m if k_g is None else new_m * k_m + g * k_g
             v_hat = new_v if k_v is None else new_v * k_v
             u = m_hat / (jnp.sqrt(v_hat + s.eps_root) + s.eps)

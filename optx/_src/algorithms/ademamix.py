@@ -19,7 +19,14 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, MaskSpec, chain
-from optx._src.moments import adam_scalars, decay_pair, unzip, zeros_like
+from optx._src.moments import (
+    abs_sq,
+    adam_scalars,
+    decay_pair,
+    real_zeros_like,
+    unzip,
+    zeros_like,
+)
 from optx._src.options import dtype_options
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
@@ -54,9 +61,11 @@ class ScaleByAdemamix(Transform):
         dtype_options(self, "mu_dtype")
 
     def init(self, params: Params) -> ScaleByAdemamixState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
+        checks.complex_slot(f"{self.name}.init", "mu_dtype", self.mu_dtype, params)
         zeros = zeros_like(params, self.mu_dtype)
-        return ScaleByAdemamixState(zero_count(), zeros, zeros, zeros, self.init_hyperparams())
+        nu = real_zeros_like(params, self.mu_dtype)
+        return ScaleByAdemamixState(zero_count(), zeros, zeros, nu, self.init_hyperparams())
 
     def update(
         self,
@@ -77,7 +86,7 @@ class ScaleByAdemamix(Transform):
         def leaf(g: jax.Array, m1: jax.Array, m2: jax.Array, v: jax.Array) -> tuple[Any, ...]:
             new_m1 = s.c1 * g + s.b1 * m1
             new_m2 = c3 * g + b3 * m2
-            new_v = s.c2 * jnp.square(g) + s.b2 * v
+            new_v = s.c2 * abs_sq(g) + s.b2 * v
             u = (new_m1 * k1 + alpha * new_m2) / (jnp.sqrt(new_v * k2 + s.eps_root) + s.eps)
             return (
                 u.astype(g.dtype),
