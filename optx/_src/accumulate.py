@@ -56,7 +56,9 @@ class AccumulateGradients(Transform):
 
     def init(self, params: Params) -> AccumulateGradientsState:
         checks.float_params(f"{self.name}.init", params, complex_ok=True)
-        checks.complex_slot(f"{self.name}.init", "accumulator_dtype", self.accumulator_dtype, params)
+        checks.complex_slot(
+            f"{self.name}.init", "accumulator_dtype", self.accumulator_dtype, params
+        )
         return AccumulateGradientsState(
             zero_count(), zeros_like(params, self.accumulator_dtype), self.inner.init(params)
         )

@@ -62,8 +62,10 @@ def float_params(
 
 
 def complex_message(api: str, what: str, received: str) -> str:
-    """The message of a transform that refuses complex values (as optax's does, or where its
-    update rule has no complex counterpart)."""
+    """The message of a transform that refuses complex values.
+
+    Such a transform's rule has no complex counterpart, or optax refuses them too.
+    """
     return (
         f"`{api}` needs real {what}: it does not support complex values. Received: "
         f"{received}. Optimise the real and imaginary parts as separate real leaves, or use "
@@ -177,8 +179,10 @@ def same_tree(
                 f"{got_name}[{path_name(path)!r}] of type {type(g).__name__}. Convert it "
                 f"with `jnp.asarray`."
             )
-        if not real_slots and jnp.issubdtype(g.dtype, jnp.complexfloating) and not (
-            _is_arraylike(e) and jnp.issubdtype(e.dtype, jnp.complexfloating)
+        if (
+            not real_slots
+            and jnp.issubdtype(g.dtype, jnp.complexfloating)
+            and not (_is_arraylike(e) and jnp.issubdtype(e.dtype, jnp.complexfloating))
         ):
             raise TypeError(
                 f"`{api}` needs real {got_name} where {expected_name} holds real values (a "
@@ -263,8 +267,10 @@ def flag(api: str, name: str, value: Any) -> bool:
 
 
 def dtype_option(api: str, name: str, value: Any) -> np.dtype | None:
-    """Normalises a dtype option (``None`` or a floating dtype, real or complex, as optax
-    accepts) to a hashable numpy dtype."""
+    """Normalises a dtype option (``None`` or a floating dtype) to a hashable numpy dtype.
+
+    Complex dtypes are accepted, as optax accepts them (``mu_dtype=jnp.complex64``).
+    """
     api = current(api)
     if value is None:
         return None

@@ -48,7 +48,9 @@ def real_full_like(params: Params, value: Any, dtype: Any) -> Params:
     """`real_zeros_like` filled with ``value``."""
 
     def slot(p: Any) -> jax.Array:
-        return placement.full_like(p, value, real_dtype(jnp.result_type(p) if dtype is None else dtype))
+        return placement.full_like(
+            p, value, real_dtype(jnp.result_type(p) if dtype is None else dtype)
+        )
 
     return jax.tree.map(slot, params)
 

@@ -50,7 +50,9 @@ class Trace(Transform):
 
     def init(self, params: Params) -> TraceState:
         checks.float_params(f"{self.name}.init", params, complex_ok=True)
-        checks.complex_slot(f"{self.name}.init", "accumulator_dtype", self.accumulator_dtype, params)
+        checks.complex_slot(
+            f"{self.name}.init", "accumulator_dtype", self.accumulator_dtype, params
+        )
         return TraceState(zeros_like(params, self.accumulator_dtype), self.init_hyperparams())
 
     def update(
@@ -136,7 +138,9 @@ class Ema(Transform):
 
     def init(self, params: Params) -> EmaState:
         checks.float_params(f"{self.name}.init", params, complex_ok=True)
-        checks.complex_slot(f"{self.name}.init", "accumulator_dtype", self.accumulator_dtype, params)
+        checks.complex_slot(
+            f"{self.name}.init", "accumulator_dtype", self.accumulator_dtype, params
+        )
         return EmaState(
             zero_count(), zeros_like(params, self.accumulator_dtype), self.init_hyperparams()
         )

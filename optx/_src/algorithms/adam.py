@@ -187,14 +187,19 @@ def scale_by_adam(
     :math:`\psi = 0.004`. The arithmetic runs in at least float32 whatever the moments'
     dtypes.
 
+    For complex parameters (as optax) :math:`g_t^2` is :math:`|g_t|^2 = g_t \bar g_t`, and
+    :math:`v` is kept in the real dtype (float32 for complex64); :math:`m` and the updates
+    stay complex.
+
     Args:
       b1: decay of the first moment, in [0, 1).
       b2: decay of the second moment, in [0, 1).
       eps: added to the denominator outside the square root, >= 0.
       eps_root: added inside the square root, >= 0.
-      mu_dtype: dtype of the first moment; ``None`` uses each parameter's dtype.
+      mu_dtype: dtype of the first moment; ``None`` uses each parameter's dtype (complex for
+        a complex parameter).
       nesterov: use Nesterov momentum (NAdam).
-      nu_dtype: dtype of the second moment; ``None`` uses each parameter's dtype.
+      nu_dtype: dtype of the second moment; ``None`` uses each parameter's (real) dtype.
       eps_placement: ``"optax"`` (epsilon after the bias correction) or ``"keras"``.
       momentum_decay: :math:`\psi \ge 0` of NAdam's momentum schedule, or ``None`` for a
         constant :math:`\beta_1` (optax). Needs ``nesterov=True``.
@@ -249,9 +254,10 @@ def adam(
       b2: decay of the second moment, in [0, 1).
       eps: added to the denominator outside the square root.
       eps_root: added inside the square root.
-      mu_dtype: dtype of the first moment; ``None`` uses each parameter's dtype.
+      mu_dtype: dtype of the first moment; ``None`` uses each parameter's dtype (complex for
+        a complex parameter).
       nesterov: use Nesterov momentum (NAdam).
-      nu_dtype: dtype of the second moment; ``None`` uses each parameter's dtype.
+      nu_dtype: dtype of the second moment; ``None`` uses each parameter's (real) dtype.
       eps_placement: ``"optax"``, or ``"keras"`` for Keras's epsilon on the uncorrected
         :math:`\sqrt{v_t}` (see `scale_by_adam`).
       momentum_decay: NAdam's momentum schedule (see `scale_by_adam`); needs ``nesterov``.

@@ -23,8 +23,8 @@ from optx._src.base import (
 from optx._src.combine import Chain, MaskSpec, chain, masked
 from optx._src.momentum import Trace
 from optx._src.scaling import ScaleByLearningRate, ScaleByLearningRateState, scale_by_learning_rate
-from optx._src.weight_decay import add_decayed_weights
 from optx._src.tree import abs_sq
+from optx._src.weight_decay import add_decayed_weights
 
 _PLACEMENTS = ("inside", "outside")
 
