@@ -195,9 +195,8 @@ class ScaleByStddev(Transform):
         **extra: Any,
     ) -> tuple[Updates, ScaleByRStdDevState]:
         del params, extra
-        checks.same_tree(
-            f"{self.name}.update", updates, state.nu, "updates", "the state", real_slots=True
-        )
+        # Against the first moment: complex where the parameter is.
+        checks.same_tree(f"{self.name}.update", updates, state.mu, "updates", "the state")
         d, c, eps, count, bc = _scalars(self, state)
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
