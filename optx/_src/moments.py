@@ -39,20 +39,19 @@ def real_zeros_like(params: Params, dtype: Any) -> Params:
     """Zero slots for real values of each parameter, such as ``|g|**2`` (second moments).
 
     As `zeros_like`, in the real dtype of ``dtype`` (else of each parameter's): a complex
-    parameter's second moment is real, as in optax, and takes half the memory.
+    parameter's ``|g|**2`` is real, and a real slot takes half the memory of optax's complex
+    one (whose imaginary part stays 0).
     """
-    return real_full_like(params, 0.0, dtype)
+    return jax.tree.map(lambda p: placement.zeros_like(p, _real_slot_dtype(p, dtype)), params)
 
 
 def real_full_like(params: Params, value: Any, dtype: Any) -> Params:
     """`real_zeros_like` filled with ``value``."""
+    return jax.tree.map(lambda p: placement.full_like(p, value, _real_slot_dtype(p, dtype)), params)
 
-    def slot(p: Any) -> jax.Array:
-        return placement.full_like(
-            p, value, real_dtype(jnp.result_type(p) if dtype is None else dtype)
-        )
 
-    return jax.tree.map(slot, params)
+def _real_slot_dtype(p: Any, dtype: Any) -> Any:
+    return real_dtype(jnp.result_type(p) if dtype is None else dtype)
 
 
 def unzip(tuples: Any, like: Any, n: int, is_leaf: Any = None) -> tuple[Any, ...]:
