@@ -284,7 +284,9 @@ OPTAX: dict[str, Callable[[], Any]] = {
 # b2 = 0.92 11.5, 1 - b1, 1 - b2, 1 - b3 as float32 (1.5 each: 4.5), three bias corrections
 # (3 each: 9) and eps 1: 67 < K. (AdEMAMix: 1 + 1 + 9 + 20 + 20 + 4.5 + 6 + 1 = 62.5; Adam:
 # 1 + 9 + 20 + 3 + 6 + 1, plus 1 for a weight decay, a clip threshold or Nesterov's extra
-# term: 41.) Over the run the parameters are then off by at most K * EPS32 / 2 *
+# term: 41. Schedule-Free's averaging weights lr^2 / sum lr^2 of a constant lr do not see
+# its float32 rounding, which cancels: it adds lr and b1's lag to its base optimizer's.)
+# Over the run the parameters are then off by at most K * EPS32 / 2 *
 # sum_t max|u_t| per leaf (optax's updates u_t), plus float64 round-off: ROUNDINGS64 per step
 # of the leaf's scale, for the elementwise operations of a step and norms over at most 10
 # entries (as tests/test_numerics_optax.py).
