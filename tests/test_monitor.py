@@ -218,8 +218,8 @@ def test_errors() -> None:
         with pytest.raises(
             TypeError,
             match=re.escape(
-                "`monitor.update` needs floating-point updates (float16, bfloat16, float32 or "
-                "float64). Received: updates['w'] of dtype complex64."
+                "`monitor.update` needs real updates: it does not support complex values. "
+                "Received: updates['w'] of dtype complex64."
             ),
         ):
             tx.update({"w": jnp.ones(2, jnp.complex64)}, state, params)

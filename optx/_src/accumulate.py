@@ -55,7 +55,10 @@ class AccumulateGradients(Transform):
         object.__setattr__(self, "accumulator_dtype", dtype)
 
     def init(self, params: Params) -> AccumulateGradientsState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
+        checks.complex_slot(
+            f"{self.name}.init", "accumulator_dtype", self.accumulator_dtype, params
+        )
         return AccumulateGradientsState(
             zero_count(), zeros_like(params, self.accumulator_dtype), self.inner.init(params)
         )

@@ -21,6 +21,7 @@ from optx._src.sparse import is_update_leaf
 from optx._src.tree import path_name
 
 _FLOAT_DTYPES = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
+_COMPLEX_DTYPES = (jnp.complex64, jnp.complex128)
 _SHOWN = 5
 
 
@@ -30,15 +31,26 @@ def _listing(names: list[str], quote: bool = True) -> str:
 
 
 def float_params(
-    api: str, params: Any, what: str = "params", is_leaf: Callable[[Any], bool] | None = None
+    api: str,
+    params: Any,
+    what: str = "params",
+    is_leaf: Callable[[Any], bool] | None = None,
+    complex_ok: bool = False,
 ) -> None:
-    """Raises `TypeError` naming the first leaf of ``params`` that is not a float array."""
-    bad = []
+    """Raises `TypeError` naming the leaves of ``params`` that are not float arrays.
+
+    With ``complex_ok`` complex64 and complex128 leaves pass (the transform supports complex
+    parameters, as optax's does); without, they are refused in a message of their own.
+    """
+    bad, complex_leaves = [], []
     for path, leaf in jax.tree_util.tree_flatten_with_path(params, is_leaf=is_leaf)[0]:
         if leaf is None:
             continue
         dtype = jnp.result_type(leaf) if _is_arraylike(leaf) else None
-        if dtype is None or not any(dtype == d for d in _FLOAT_DTYPES):
+        if dtype is not None and any(dtype == d for d in _COMPLEX_DTYPES):
+            if not complex_ok:
+                complex_leaves.append(f"{what}[{path_name(path)!r}] of dtype {dtype.name}")
+        elif dtype is None or not any(dtype == d for d in _FLOAT_DTYPES):
             shown = f"dtype {dtype.name}" if dtype is not None else f"type {type(leaf).__name__}"
             bad.append(f"{what}[{path_name(path)!r}] of {shown}")
     if bad:
@@ -47,6 +59,21 @@ def float_params(
             f"Received: {_listing(bad, quote=False)}. Keep other leaves out of the optimised "
             f"tree, or route them to `optx.set_to_zero()` with `optx.partition`."
         )
+    if complex_leaves:
+        raise TypeError(complex_message(api, what, _listing(complex_leaves, quote=False)))
+
+
+def complex_message(api: str, what: str, received: str) -> str:
+    """The message of a transform that refuses complex values.
+
+    Such a transform's rule has no complex counterpart, or optax refuses them too.
+    """
+    return (
+        f"`{api}` needs real {what}: it does not support complex values. Received: "
+        f"{received}. Optimise the real and imaginary parts as separate real leaves, or use "
+        f"an optimizer that supports complex parameters (see the README's 'Complex "
+        f"parameters')."
+    )
 
 
 def array_leaves(api: str, tree: Any, what: str = "updates") -> None:
@@ -69,20 +96,21 @@ def _is_number_or_array(leaf: Any) -> bool:
     return _is_arraylike(leaf) or (isinstance(leaf, numbers.Number) and not isinstance(leaf, bool))
 
 
-def float_updates(api: str, updates: Any) -> None:
-    """Raises `TypeError` naming the first leaf of ``updates`` that is not a float array.
+def float_updates(api: str, updates: Any, complex_ok: bool = False) -> None:
+    """Raises `TypeError` naming the leaves of ``updates`` that are not float arrays.
 
     For the transforms that compute in each update's own dtype: an integer update would be
-    truncated, and complex values are not supported. ``None`` leaves pass.
+    truncated. Complex updates pass with ``complex_ok``. ``None`` leaves pass.
     """
     leaves = jax.tree.leaves(updates, is_leaf=is_update_leaf)
-    if all(leaf is None or _is_float_array(leaf) for leaf in leaves):
+    if all(leaf is None or _is_float_array(leaf, complex_ok) for leaf in leaves):
         return  # the common case, without computing paths
-    float_params(api, updates, "updates", is_leaf=is_update_leaf)
+    float_params(api, updates, "updates", is_leaf=is_update_leaf, complex_ok=complex_ok)
 
 
-def _is_float_array(leaf: Any) -> bool:
-    return _is_arraylike(leaf) and any(leaf.dtype == d for d in _FLOAT_DTYPES)
+def _is_float_array(leaf: Any, complex_ok: bool = False) -> bool:
+    kinds = _FLOAT_DTYPES + _COMPLEX_DTYPES if complex_ok else _FLOAT_DTYPES
+    return _is_arraylike(leaf) and any(leaf.dtype == d for d in kinds)
 
 
 def _is_arraylike(leaf: Any) -> bool:
@@ -107,6 +135,7 @@ def same_tree(
     expected_name: str,
     *,
     allow_none: bool = False,
+    real_slots: bool = False,
 ) -> None:
     """Raises `ValueError` if two trees differ in structure or leaf shapes.
 
@@ -114,7 +143,8 @@ def same_tree(
     leaf whose shape differs, with both shapes. A ``None`` leaf of ``got`` (a parameter
     without a gradient) where ``expected`` has an array is refused unless ``allow_none``
     (the caller passes it through); a leaf of ``got`` that is not an array (a Python
-    number, a string) or is complex where ``expected`` is real raises `TypeError`.
+    number, a string) or is complex where ``expected`` is real raises `TypeError` (unless
+    ``real_slots``: ``expected`` holds real slots of complex parameters, such as ``|g|**2``).
     """
     # A row-sparse update stands for an array of its dense shape.
     got_flat, got_def = jax.tree_util.tree_flatten_with_path(got, is_leaf=is_update_leaf)
@@ -151,12 +181,15 @@ def same_tree(
                 f"{got_name}[{path_name(path)!r}] of type {type(g).__name__}. Convert it "
                 f"with `jnp.asarray`."
             )
-        if jnp.issubdtype(g.dtype, jnp.complexfloating) and not (
-            _is_arraylike(e) and jnp.issubdtype(e.dtype, jnp.complexfloating)
+        if (
+            not real_slots
+            and jnp.issubdtype(g.dtype, jnp.complexfloating)
+            and not (_is_arraylike(e) and jnp.issubdtype(e.dtype, jnp.complexfloating))
         ):
             raise TypeError(
-                f"`{api}` needs real {got_name} (optx does not optimise complex values). "
-                f"Received: {got_name}[{path_name(path)!r}] of dtype {g.dtype}."
+                f"`{api}` needs real {got_name} where {expected_name} holds real values (a "
+                f"complex value would lose its imaginary part). Received: "
+                f"{got_name}[{path_name(path)!r}] of dtype {g.dtype}."
             )
         if not jnp.issubdtype(g.dtype, jnp.inexact) and (
             _is_arraylike(e) and jnp.issubdtype(e.dtype, jnp.inexact)
@@ -236,7 +269,10 @@ def flag(api: str, name: str, value: Any) -> bool:
 
 
 def dtype_option(api: str, name: str, value: Any) -> np.dtype | None:
-    """Normalises a dtype option (``None`` or a floating dtype) to a hashable numpy dtype."""
+    """Normalises a dtype option (``None`` or a floating dtype) to a hashable numpy dtype.
+
+    Complex dtypes are accepted, as optax accepts them (``mu_dtype=jnp.complex64``).
+    """
     api = current(api)
     if value is None:
         return None
@@ -244,7 +280,7 @@ def dtype_option(api: str, name: str, value: Any) -> np.dtype | None:
         dtype = jnp.dtype(value)
     except TypeError:
         dtype = None
-    if dtype is None or not jnp.issubdtype(dtype, jnp.floating):
+    if dtype is None or not jnp.issubdtype(dtype, jnp.inexact):
         raise TypeError(
             f"`{api}` needs {name} to be None or a floating dtype. Received: {name}={value!r}."
         )
@@ -261,3 +297,22 @@ def deprecated(message: str) -> None:
     while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "optx":
         frame, level = frame.f_back, level + 1
     warnings.warn(message, DeprecationWarning, stacklevel=level)
+
+
+def complex_slot(api: str, name: str, dtype: Any, params: Any) -> None:
+    """Raises `TypeError` if the real slot dtype option ``name`` meets a complex parameter.
+
+    A slot that holds gradient-like values (a first moment, a trace) in a real dtype would
+    drop the imaginary part of a complex parameter's gradient.
+    """
+    if dtype is None or jnp.issubdtype(dtype, jnp.complexfloating):
+        return
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        if _is_arraylike(leaf) and jnp.issubdtype(leaf.dtype, jnp.complexfloating):
+            api = current(api)
+            raise TypeError(
+                f"`{api}` needs a complex {name} for complex params (a real slot would drop "
+                f"the imaginary part). Received: {name}={jnp.dtype(dtype).name!r} for "
+                f"params[{path_name(path)!r}] of dtype {leaf.dtype}. Pass "
+                f"{name}=jnp.complex64 (or None, the parameters' dtypes)."
+            )

@@ -11,6 +11,7 @@ from optx._src import checks, tree_reduce
 from optx._src import hyperparams as hp
 from optx._src.base import EmptyState, Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.tree import is_none
+from optx._src.tree_reduce import abs_sq
 
 
 class ClipState(NamedTuple):
@@ -89,12 +90,12 @@ class ClipByNorm(_Clip):
     def update(
         self, updates: Updates, state: ClipState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, ClipState]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del params, extra
         c = state.hyperparams["max_norm"]
 
         def clip_leaf(u: jax.Array) -> jax.Array:
-            sq = jnp.sum(jnp.square(u.astype(jnp.promote_types(u.dtype, jnp.float32))))
+            sq = jnp.sum(abs_sq(u.astype(jnp.promote_types(u.dtype, jnp.float32))))
             # The double `where` keeps the gradient finite at u == 0.
             positive = sq > 0
             n = jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1.0)), sq)
@@ -139,7 +140,7 @@ class ClipByGlobalNorm(_Clip):
     def update(
         self, updates: Updates, state: ClipState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, ClipState]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del params, extra
         c = state.hyperparams["max_norm"]
         # Squares summed in float32 whatever the leaves' dtype: a bfloat16 sum per leaf would
@@ -196,12 +197,12 @@ class ClipByBlockRMS(_Clip):
     def update(
         self, updates: Updates, state: ClipState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, ClipState]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del params, extra
         t = state.hyperparams["threshold"]
 
         def clip_leaf(u: jax.Array) -> jax.Array:
-            denom = jnp.maximum(1.0, jnp.sqrt(jnp.mean(jnp.square(u))) / t)
+            denom = jnp.maximum(1.0, jnp.sqrt(jnp.mean(abs_sq(u))) / t)
             return (u / denom).astype(u.dtype)
 
         return _map(clip_leaf, updates), state
@@ -243,7 +244,7 @@ class Centralize(Transform):
     def update(
         self, updates: Updates, state: Any, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, Any]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del params, extra
 
         def subtract_mean(u: jax.Array) -> jax.Array:

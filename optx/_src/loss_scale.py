@@ -77,7 +77,7 @@ class UnscaleGradients(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, UnscaleGradientsState]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del params, extra
         s = state.hyperparams["loss_scale_factor"]
         updates = jax.tree.map(

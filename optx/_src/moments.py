@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from optx._src import hyperparams as hp
 from optx._src import placement
 from optx._src.base import Params, safe_increment
+from optx._src.tree_reduce import abs_sq as abs_sq
 
 
 def zeros_like(params: Params, dtype: Any) -> Params:
@@ -26,6 +27,31 @@ def zeros_like(params: Params, dtype: Any) -> Params:
     Each slot is on its parameter's sharding, also under ``jit`` (`placement.zeros_like`).
     """
     return jax.tree.map(lambda p: placement.zeros_like(p, dtype), params)
+
+
+def real_dtype(dtype: Any) -> Any:
+    """The real dtype of ``dtype``'s precision (``float32`` for ``complex64``), else itself."""
+    dtype = jnp.dtype(dtype)
+    return jnp.finfo(dtype).dtype if jnp.issubdtype(dtype, jnp.complexfloating) else dtype
+
+
+def real_zeros_like(params: Params, dtype: Any) -> Params:
+    """Zero slots for real values of each parameter, such as ``|g|**2`` (second moments).
+
+    As `zeros_like`, in the real dtype of ``dtype`` (else of each parameter's): a complex
+    parameter's ``|g|**2`` is real, and a real slot takes half the memory of optax's complex
+    one (whose imaginary part stays 0).
+    """
+    return jax.tree.map(lambda p: placement.zeros_like(p, _real_slot_dtype(p, dtype)), params)
+
+
+def real_full_like(params: Params, value: Any, dtype: Any) -> Params:
+    """`real_zeros_like` filled with ``value``."""
+    return jax.tree.map(lambda p: placement.full_like(p, value, _real_slot_dtype(p, dtype)), params)
+
+
+def _real_slot_dtype(p: Any, dtype: Any) -> Any:
+    return real_dtype(jnp.result_type(p) if dtype is None else dtype)
 
 
 def unzip(tuples: Any, like: Any, n: int, is_leaf: Any = None) -> tuple[Any, ...]:

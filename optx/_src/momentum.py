@@ -49,7 +49,10 @@ class Trace(Transform):
         return {"decay": self.hyperparam_name}
 
     def init(self, params: Params) -> TraceState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
+        checks.complex_slot(
+            f"{self.name}.init", "accumulator_dtype", self.accumulator_dtype, params
+        )
         return TraceState(zeros_like(params, self.accumulator_dtype), self.init_hyperparams())
 
     def update(
@@ -134,7 +137,10 @@ class Ema(Transform):
         return {"decay": self.hyperparam_name}
 
     def init(self, params: Params) -> EmaState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
+        checks.complex_slot(
+            f"{self.name}.init", "accumulator_dtype", self.accumulator_dtype, params
+        )
         return EmaState(
             zero_count(), zeros_like(params, self.accumulator_dtype), self.init_hyperparams()
         )

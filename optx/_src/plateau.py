@@ -87,7 +87,7 @@ class ReduceOnPlateau(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, ReduceOnPlateauState]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del params
         if "value" not in extra:
             raise TypeError(

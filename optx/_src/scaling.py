@@ -59,7 +59,7 @@ class Scale(Transform):
     def update(
         self, updates: Updates, state: ScaleState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, ScaleState]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del params, extra
         return scale_tree(updates, state.hyperparams["step_size"]), state
 
@@ -121,7 +121,7 @@ class ScaleByLearningRate(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, ScaleByLearningRateState]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del params, extra
         lr = self.current(state)
         updates = scale_tree(updates, -lr if self.flip_sign else lr)
@@ -181,7 +181,7 @@ class ScaleBySchedule(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, ScaleByLearningRateState]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del params, extra
         factor = jnp.asarray(self.step_size_fn(state.count), jnp.float32)
         return scale_tree(updates, factor), state._replace(count=safe_increment(state.count))

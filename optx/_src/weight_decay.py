@@ -55,7 +55,7 @@ class AddDecayedWeights(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, AddDecayedWeightsState]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del extra
         api = f"{self.name}.update"
         checks.needs_params(api, params)

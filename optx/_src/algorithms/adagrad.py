@@ -10,10 +10,10 @@ from jax.typing import DTypeLike
 
 from optx._src import checks, sparse
 from optx._src import hyperparams as hp
-from optx._src.algorithms.rmsprop import full_like, normalise
+from optx._src.algorithms.rmsprop import normalise
 from optx._src.base import Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.combine import Chain, chain
-from optx._src.moments import unzip
+from optx._src.moments import abs_sq, real_full_like, unzip
 from optx._src.options import dtype_options
 from optx._src.scaling import scale_by_learning_rate
 
@@ -42,9 +42,11 @@ class ScaleByRss(Transform):
         dtype_options(self, "accumulator_dtype")
 
     def init(self, params: Params) -> ScaleByRssState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         return ScaleByRssState(
-            full_like(params, self.initial("initial_accumulator_value"), self.accumulator_dtype),
+            real_full_like(
+                params, self.initial("initial_accumulator_value"), self.accumulator_dtype
+            ),
             self.init_hyperparams(),
         )
 
@@ -53,7 +55,12 @@ class ScaleByRss(Transform):
     ) -> tuple[Updates, ScaleByRssState]:
         del params, extra
         checks.same_tree(
-            f"{self.name}.update", updates, state.sum_of_squares, "updates", "the state"
+            f"{self.name}.update",
+            updates,
+            state.sum_of_squares,
+            "updates",
+            "the state",
+            real_slots=True,
         )
         eps = state.hyperparams["eps"]
 
@@ -67,10 +74,10 @@ class ScaleByRss(Transform):
                 # Rows without gradient keep their sum and get a zero update, as in the
                 # dense update: only the given rows are read and written.
                 g = sparse.coalesce(g)
-                a, new_rows = sparse.put(a, g, jnp.square(g.values) + sparse.gather(a, g))
+                a, new_rows = sparse.put(a, g, abs_sq(g.values) + sparse.gather(a, g))
                 u = rule(g.values, new_rows).astype(g.values.dtype)
                 return sparse.with_values(g, g.indices, u), a
-            new_a = jnp.square(g) + a
+            new_a = abs_sq(g) + a
             return rule(g, new_a).astype(g.dtype), new_a.astype(a.dtype)
 
         pairs = jax.tree.map(leaf, updates, state.sum_of_squares, is_leaf=sparse.is_row_sparse)

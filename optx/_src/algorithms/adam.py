@@ -24,9 +24,11 @@ from optx._src.base import (
 )
 from optx._src.combine import Chain, MaskSpec, chain
 from optx._src.moments import (
+    abs_sq,
     adam_scalars,
     first_moment_scalars,
     nadam_schedule,
+    real_zeros_like,
     second_moment_scalars,
     unzip,
     zeros_like,
@@ -60,11 +62,12 @@ class ScaleByNadamState(NamedTuple):
 
 def adam_state_init(self: Any, params: Params) -> ScaleByAdamState:
     """``init`` of the transforms whose state is `ScaleByAdamState` (adamax, radam, ...)."""
-    checks.float_params(f"{self.name}.init", params)
+    checks.float_params(f"{self.name}.init", params, complex_ok=True)
+    checks.complex_slot(f"{self.name}.init", "mu_dtype", self.mu_dtype, params)
     return ScaleByAdamState(
         zero_count(),
         zeros_like(params, self.mu_dtype),
-        zeros_like(params, self.nu_dtype),
+        real_zeros_like(params, self.nu_dtype),
         self.init_hyperparams(),
     )
 
@@ -103,8 +106,9 @@ class ScaleByAdam(Transform):
         return text.replace(", momentum_decay=None)", ")")
 
     def init(self, params: Params) -> ScaleByAdamState | ScaleByNadamState:
-        checks.float_params(f"{self.name}.init", params)
-        mu, nu = zeros_like(params, self.mu_dtype), zeros_like(params, self.nu_dtype)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
+        checks.complex_slot(f"{self.name}.init", "mu_dtype", self.mu_dtype, params)
+        mu, nu = zeros_like(params, self.mu_dtype), real_zeros_like(params, self.nu_dtype)
         h = self.init_hyperparams()
         if self.momentum_decay is None:
             return ScaleByAdamState(zero_count(), mu, nu, h)
@@ -131,7 +135,7 @@ class ScaleByAdam(Transform):
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
             new_m = s.c1 * g + s.b1 * m
-            new_v = s.c2 * jnp.square(g) + s.b2 * v
+            new_v = s.c2 * abs_sq(g) + s.b2 * v
             m_hat = new_m * k_m if k_g is None else new_m * k_m + g * k_g
             v_hat = new_v if k_v is None else new_v * k_v
             u = m_hat / (jnp.sqrt(v_hat + s.eps_root) + s.eps)
@@ -183,14 +187,19 @@ def scale_by_adam(
     :math:`\psi = 0.004`. The arithmetic runs in at least float32 whatever the moments'
     dtypes.
 
+    For complex parameters (as optax) :math:`g_t^2` is :math:`|g_t|^2 = g_t \bar g_t`, and
+    :math:`v` is kept in the real dtype (float32 for complex64); :math:`m` and the updates
+    stay complex.
+
     Args:
       b1: decay of the first moment, in [0, 1).
       b2: decay of the second moment, in [0, 1).
       eps: added to the denominator outside the square root, >= 0.
       eps_root: added inside the square root, >= 0.
-      mu_dtype: dtype of the first moment; ``None`` uses each parameter's dtype.
+      mu_dtype: dtype of the first moment; ``None`` uses each parameter's dtype (complex for
+        a complex parameter).
       nesterov: use Nesterov momentum (NAdam).
-      nu_dtype: dtype of the second moment; ``None`` uses each parameter's dtype.
+      nu_dtype: dtype of the second moment; ``None`` uses each parameter's (real) dtype.
       eps_placement: ``"optax"`` (epsilon after the bias correction) or ``"keras"``.
       momentum_decay: :math:`\psi \ge 0` of NAdam's momentum schedule, or ``None`` for a
         constant :math:`\beta_1` (optax). Needs ``nesterov=True``.
@@ -245,9 +254,10 @@ def adam(
       b2: decay of the second moment, in [0, 1).
       eps: added to the denominator outside the square root.
       eps_root: added inside the square root.
-      mu_dtype: dtype of the first moment; ``None`` uses each parameter's dtype.
+      mu_dtype: dtype of the first moment; ``None`` uses each parameter's dtype (complex for
+        a complex parameter).
       nesterov: use Nesterov momentum (NAdam).
-      nu_dtype: dtype of the second moment; ``None`` uses each parameter's dtype.
+      nu_dtype: dtype of the second moment; ``None`` uses each parameter's (real) dtype.
       eps_placement: ``"optax"``, or ``"keras"`` for Keras's epsilon on the uncorrected
         :math:`\sqrt{v_t}` (see `scale_by_adam`).
       momentum_decay: NAdam's momentum schedule (see `scale_by_adam`); needs ``nesterov``.

@@ -18,7 +18,7 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, MaskSpec, chain
-from optx._src.moments import adam_scalars, decay_pair, unzip
+from optx._src.moments import abs_sq, adam_scalars, decay_pair, real_zeros_like, unzip
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
 
@@ -47,9 +47,10 @@ class ScaleByAdan(Transform):
     eps_root: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
 
     def init(self, params: Params) -> ScaleByAdanState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         zeros = jax.tree.map(placement.zeros_like, params)
-        return ScaleByAdanState(zero_count(), zeros, zeros, zeros, zeros, self.init_hyperparams())
+        n = real_zeros_like(params, None)
+        return ScaleByAdanState(zero_count(), zeros, zeros, n, zeros, self.init_hyperparams())
 
     def update(
         self, updates: Updates, state: ScaleByAdanState, params: Params | None = None, **extra: Any
@@ -66,7 +67,7 @@ class ScaleByAdan(Transform):
             diff = jnp.where(first, placement.zeros_like(g), g - prev)
             new_m = s.c1 * g + s.b1 * m
             new_v = s.c2 * diff + s.b2 * v
-            new_n = c3 * jnp.square(g + s.c2 * diff) + b3 * n
+            new_n = c3 * abs_sq(g + s.c2 * diff) + b3 * n
             u = (new_m / bc1 + s.c2 * (new_v / bc2)) / (jnp.sqrt(new_n / bc3 + s.eps_root) + s.eps)
             return (
                 u.astype(g.dtype),

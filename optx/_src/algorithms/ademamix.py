@@ -23,7 +23,15 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, MaskSpec, chain
-from optx._src.moments import AdamScalars, adam_scalars, decay_pair, unzip, zeros_like
+from optx._src.moments import (
+    AdamScalars,
+    abs_sq,
+    adam_scalars,
+    decay_pair,
+    real_zeros_like,
+    unzip,
+    zeros_like,
+)
 from optx._src.options import dtype_options
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
@@ -36,7 +44,7 @@ def _adam_denominator(
 
     ``k2`` is ``1 / (1 - b2**t)``, computed once per step.
     """
-    new_v = s.c2 * jnp.square(g) + s.b2 * v
+    new_v = s.c2 * abs_sq(g) + s.b2 * v
     return new_v, jnp.sqrt(new_v * k2 + s.eps_root) + s.eps
 
 
@@ -69,9 +77,11 @@ class ScaleByAdemamix(Transform):
         dtype_options(self, "mu_dtype")
 
     def init(self, params: Params) -> ScaleByAdemamixState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
+        checks.complex_slot(f"{self.name}.init", "mu_dtype", self.mu_dtype, params)
         zeros = zeros_like(params, self.mu_dtype)
-        return ScaleByAdemamixState(zero_count(), zeros, zeros, zeros, self.init_hyperparams())
+        nu = real_zeros_like(params, self.mu_dtype)
+        return ScaleByAdemamixState(zero_count(), zeros, zeros, nu, self.init_hyperparams())
 
     def update(
         self,

@@ -20,7 +20,7 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, chain
-from optx._src.moments import adam_scalars, unzip, zeros_like
+from optx._src.moments import abs_sq, adam_scalars, real_zeros_like, unzip, zeros_like
 from optx._src.options import dtype_options, flag_options
 from optx._src.scaling import scale_by_learning_rate
 
@@ -65,8 +65,10 @@ class ScaleByAdopt(Transform):
             )
 
     def init(self, params: Params) -> ScaleByAdoptState:
-        checks.float_params(f"{self.name}.init", params)
-        mu, nu = zeros_like(params, self.mu_dtype), zeros_like(params, self.nu_dtype)
+        # The clip to [-bound, bound] has no complex counterpart (JAX refuses it, as optax's).
+        checks.float_params(f"{self.name}.init", params, complex_ok=not self.use_clipping)
+        checks.complex_slot(f"{self.name}.init", "mu_dtype", self.mu_dtype, params)
+        mu, nu = zeros_like(params, self.mu_dtype), real_zeros_like(params, self.nu_dtype)
         return ScaleByAdoptState(zero_count(), mu, nu, self.init_hyperparams())
 
     def update(
@@ -89,7 +91,7 @@ class ScaleByAdopt(Transform):
             if self.use_clipping:
                 scaled = jnp.clip(scaled, -bound, bound)
             new_m = c1 * scaled + b1 * m
-            new_v = c2 * jnp.square(g) + b2 * v
+            new_v = c2 * abs_sq(g) + b2 * v
             u = c1 * scaled + b1 * new_m if self.nesterov else new_m
             return u.astype(g.dtype), new_m.astype(m.dtype), new_v.astype(v.dtype)
 

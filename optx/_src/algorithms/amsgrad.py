@@ -19,7 +19,14 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, chain
-from optx._src.moments import adam_scalars, second_moment_scalars, unzip, zeros_like
+from optx._src.moments import (
+    abs_sq,
+    adam_scalars,
+    real_zeros_like,
+    second_moment_scalars,
+    unzip,
+    zeros_like,
+)
 from optx._src.options import dtype_options, eps_placement_option, flag_options
 from optx._src.scaling import scale_by_learning_rate
 
@@ -57,12 +64,13 @@ class ScaleByAmsgrad(Transform):
         eps_placement_option(self.name, self.eps_placement)
 
     def init(self, params: Params) -> ScaleByAmsgradState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
+        checks.complex_slot(f"{self.name}.init", "mu_dtype", self.mu_dtype, params)
         return ScaleByAmsgradState(
             zero_count(),
             zeros_like(params, self.mu_dtype),
-            zeros_like(params, self.nu_dtype),
-            zeros_like(params, self.nu_dtype),
+            real_zeros_like(params, self.nu_dtype),
+            real_zeros_like(params, self.nu_dtype),
             self.init_hyperparams(),
         )
 
@@ -84,7 +92,7 @@ class ScaleByAmsgrad(Transform):
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array, v_max: jax.Array) -> tuple:
             new_m = s.c1 * g + s.b1 * m
-            new_v = s.c2 * jnp.square(g) + s.b2 * v
+            new_v = s.c2 * abs_sq(g) + s.b2 * v
             new_max = jnp.maximum(v_max, new_v if k_v is None else new_v * k_v)
             m_hat = new_m if k_m is None else new_m * k_m
             u = m_hat / (jnp.sqrt(new_max + s.eps_root) + s.eps)

@@ -21,7 +21,14 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, MaskSpec, chain
-from optx._src.moments import AdamScalars, adam_scalars, unzip
+from optx._src.moments import (
+    AdamScalars,
+    abs_sq,
+    adam_scalars,
+    real_full_like,
+    real_zeros_like,
+    unzip,
+)
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
 
@@ -32,7 +39,7 @@ def belief_update(s: AdamScalars, g: jax.Array, m: jax.Array, belief: jax.Array)
     ``m`` is the mean the gradient is compared with: this step's (AdaBelief) or the
     previous one (ACProp, `scale_by_acprop`).
     """
-    return s.c2 * jnp.square(g - m) + s.b2 * belief + s.eps_root
+    return s.c2 * abs_sq(g - m) + s.b2 * belief + s.eps_root
 
 
 class ScaleByBeliefState(NamedTuple):
@@ -57,9 +64,11 @@ class ScaleByBelief(Transform):
     nesterov: bool = False
 
     def init(self, params: Params) -> ScaleByBeliefState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         zeros = jax.tree.map(placement.zeros_like, params)
-        return ScaleByBeliefState(zero_count(), zeros, zeros, self.init_hyperparams())
+        return ScaleByBeliefState(
+            zero_count(), zeros, real_zeros_like(params, None), self.init_hyperparams()
+        )
 
     def update(
         self,
@@ -226,12 +235,11 @@ class ScaleByYogi(Transform):
     initial_accumulator_value: ScalarOrSchedule = hp.field(1e-6, hp.NONNEG)
 
     def init(self, params: Params) -> ScaleByYogiState:
-        checks.float_params(f"{self.name}.init", params)
-        full = jax.tree.map(
-            lambda p: placement.full_like(p, self.initial("initial_accumulator_value")),
-            params,
-        )
-        return ScaleByYogiState(zero_count(), full, full, self.init_hyperparams())
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
+        value = self.initial("initial_accumulator_value")
+        full = jax.tree.map(lambda p: placement.full_like(p, value), params)
+        nu = real_full_like(params, value, None)
+        return ScaleByYogiState(zero_count(), full, nu, self.init_hyperparams())
 
     def update(
         self, updates: Updates, state: ScaleByYogiState, params: Params | None = None, **extra: Any
@@ -243,7 +251,7 @@ class ScaleByYogi(Transform):
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
             new_m = s.c1 * g + s.b1 * m
-            g2 = jnp.square(g)
+            g2 = abs_sq(g)
             # Moves v towards g^2 by (1 - b2) g^2: additively, unlike Adam's average.
             new_v = v - s.c2 * jnp.sign(v - g2) * g2
             u = (new_m / bc1) / (jnp.sqrt(new_v / bc2 + s.eps_root) + s.eps)

@@ -23,6 +23,7 @@ from optx._src.base import (
 from optx._src.combine import Chain, MaskSpec, chain, masked
 from optx._src.momentum import Trace
 from optx._src.scaling import ScaleByLearningRate, ScaleByLearningRateState, scale_by_learning_rate
+from optx._src.tree_reduce import abs_sq
 from optx._src.weight_decay import add_decayed_weights
 
 _PLACEMENTS = ("inside", "outside")
@@ -35,9 +36,9 @@ def _f32(x: jax.Array) -> jax.Array:
 
 def _norm(x: jax.Array, floor: jax.Array) -> jax.Array:
     """``max(||x||, floor)``, its gradient finite where ``||x|| <= floor`` (even at 0)."""
-    norm = jnp.sqrt(jnp.sum(jnp.square(x)))
+    norm = jnp.sqrt(jnp.sum(abs_sq(x)))
     small = norm <= floor
-    safe = jnp.sqrt(jnp.sum(jnp.square(jnp.where(small, placement.full_like(x, 1), x))))
+    safe = jnp.sqrt(jnp.sum(abs_sq(jnp.where(small, placement.full_like(x, 1), x))))
     return jnp.where(small, floor, safe)
 
 
@@ -73,7 +74,7 @@ class ScaleByTrustRatio(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, ScaleByTrustRatioState]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del extra
         api = f"{self.name}.update"
         checks.needs_params(api, params)

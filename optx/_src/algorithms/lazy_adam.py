@@ -19,7 +19,7 @@ from optx._src.base import (
     transform,
 )
 from optx._src.combine import Chain, chain
-from optx._src.moments import adam_scalars, second_moment_scalars, unzip
+from optx._src.moments import abs_sq, adam_scalars, second_moment_scalars, unzip
 from optx._src.options import dtype_options, eps_placement_option
 from optx._src.scaling import scale_by_learning_rate
 
@@ -62,7 +62,7 @@ class ScaleByLazyAdam(Transform):
 
         # `scale_by_adam`'s arithmetic, in the same order.
         def moments(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
-            return s.c1 * g + s.b1 * m, s.c2 * jnp.square(g) + s.b2 * v
+            return s.c1 * g + s.b1 * m, s.c2 * abs_sq(g) + s.b2 * v
 
         def step(new_m: jax.Array, new_v: jax.Array) -> jax.Array:
             v_hat = new_v if k_v is None else new_v * k_v

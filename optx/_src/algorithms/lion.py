@@ -44,7 +44,7 @@ class ScaleBySign(Transform):
     def update(
         self, updates: Updates, state: EmptyState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, EmptyState]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del params, extra
         return jax.tree.map(
             lambda u: None if u is None else jnp.sign(u), updates, is_leaf=is_none
@@ -188,7 +188,11 @@ class ScaleByLion(Transform):
         return frozenset() if self.mode == "smooth" else frozenset({"smooth_beta"})
 
     def init(self, params: Params) -> ScaleByLionState:
-        checks.float_params(f"{self.name}.init", params)
+        # A complex value's sign is ``c / |c|`` (as `jnp.sign` and optax take it); the
+        # smooth and refined modes have no complex counterpart.
+        hard = self.mode == "hard"
+        checks.float_params(f"{self.name}.init", params, complex_ok=hard)
+        checks.complex_slot(f"{self.name}.init", "mu_dtype", self.mu_dtype, params)
         return ScaleByLionState(
             zero_count(), zeros_like(params, self.mu_dtype), self.init_hyperparams()
         )

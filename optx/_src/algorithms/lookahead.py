@@ -79,7 +79,7 @@ class Lookahead(Transform):
         flag_options(self, "reset_state")
 
     def init(self, params: Params) -> LookaheadState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         # A copy, so that params and the slow weights can both be donated to a jitted step.
         slow = jax.tree.map(lambda p: jnp.array(p, jnp.result_type(p)), params)
         return LookaheadState(

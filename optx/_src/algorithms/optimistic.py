@@ -42,7 +42,7 @@ class ScaleByOptimisticGradient(Transform):
     beta: ScalarOrSchedule = hp.field(1.0)
 
     def init(self, params: Params) -> ScaleByOptimisticGradientState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         return ScaleByOptimisticGradientState(
             jnp.array(True), zeros_like(params, None), self.init_hyperparams()
         )

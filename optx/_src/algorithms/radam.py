@@ -19,7 +19,7 @@ from optx._src.base import (
     transform,
 )
 from optx._src.combine import Chain, chain
-from optx._src.moments import adam_scalars, first_moment_scalars, unzip
+from optx._src.moments import abs_sq, adam_scalars, first_moment_scalars, unzip
 from optx._src.options import dtype_options, flag_options
 from optx._src.scaling import scale_by_learning_rate
 
@@ -92,7 +92,7 @@ class ScaleByRadam(Transform):
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
             new_m = s.c1 * g + s.b1 * m
-            new_v = s.c2 * jnp.square(g) + s.b2 * v
+            new_v = s.c2 * abs_sq(g) + s.b2 * v
             m_hat = new_m * k_m if k_g is None else new_m * k_m + g * k_g
             u = scale * m_hat / (jnp.sqrt(new_v * k_v + s.eps_root) * on + off)
             return u.astype(g.dtype), new_m.astype(m.dtype), new_v.astype(v.dtype)

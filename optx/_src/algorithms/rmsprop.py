@@ -21,7 +21,7 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, chain
-from optx._src.moments import decay_pair, unzip
+from optx._src.moments import abs_sq, decay_pair, real_full_like, unzip
 from optx._src.momentum import Trace
 from optx._src.options import dtype_options
 from optx._src.scaling import scale_by_learning_rate
@@ -73,10 +73,10 @@ class ScaleByRms(Transform):
         dtype_options(self, "nu_dtype")
 
     def init(self, params: Params) -> ScaleByRmsState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         return ScaleByRmsState(
             zero_count(),
-            full_like(params, self.initial("initial_scale"), self.nu_dtype),
+            real_full_like(params, self.initial("initial_scale"), self.nu_dtype),
             self.init_hyperparams(),
         )
 
@@ -84,11 +84,13 @@ class ScaleByRms(Transform):
         self, updates: Updates, state: ScaleByRmsState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, ScaleByRmsState]:
         del params, extra
-        checks.same_tree(f"{self.name}.update", updates, state.nu, "updates", "the state")
+        checks.same_tree(
+            f"{self.name}.update", updates, state.nu, "updates", "the state", real_slots=True
+        )
         d, c, eps, count, bc = _scalars(self, state)
 
         def leaf(g: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
-            new_v = c * jnp.square(g) + d * v
+            new_v = c * abs_sq(g) + d * v
             v_hat = new_v if bc is None else new_v / bc
             u = normalise(g, v_hat, eps, self.eps_in_sqrt)
             return u.astype(g.dtype), new_v.astype(v.dtype)
@@ -176,11 +178,12 @@ class ScaleByStddev(Transform):
         dtype_options(self, "mu_dtype", "nu_dtype")
 
     def init(self, params: Params) -> ScaleByRStdDevState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
+        checks.complex_slot(f"{self.name}.init", "mu_dtype", self.mu_dtype, params)
         return ScaleByRStdDevState(
             zero_count(),
             full_like(params, 0.0, self.mu_dtype),
-            full_like(params, self.initial("initial_scale"), self.nu_dtype),
+            real_full_like(params, self.initial("initial_scale"), self.nu_dtype),
             self.init_hyperparams(),
         )
 
@@ -192,14 +195,15 @@ class ScaleByStddev(Transform):
         **extra: Any,
     ) -> tuple[Updates, ScaleByRStdDevState]:
         del params, extra
-        checks.same_tree(f"{self.name}.update", updates, state.nu, "updates", "the state")
+        # Against the first moment: complex where the parameter is.
+        checks.same_tree(f"{self.name}.update", updates, state.mu, "updates", "the state")
         d, c, eps, count, bc = _scalars(self, state)
 
         def leaf(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, ...]:
             new_m = c * g + d * m
-            new_v = c * jnp.square(g) + d * v
+            new_v = c * abs_sq(g) + d * v
             m_hat, v_hat = (new_m, new_v) if bc is None else (new_m / bc, new_v / bc)
-            u = normalise(g, v_hat - jnp.square(m_hat), eps, self.eps_in_sqrt)
+            u = normalise(g, v_hat - abs_sq(m_hat), eps, self.eps_in_sqrt)
             return u.astype(g.dtype), new_m.astype(m.dtype), new_v.astype(v.dtype)
 
         u, mu, nu = unzip(jax.tree.map(leaf, updates, state.mu, state.nu), updates, 3)

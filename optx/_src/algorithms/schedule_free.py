@@ -97,7 +97,8 @@ class ScheduleFree(Transform):
             )
 
     def init(self, params: Params) -> ScheduleFreeState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
+        checks.complex_slot(f"{self.name}.init", "state_dtype", self.state_dtype, params)
         # A copy, so that params and z can both be donated to a jitted step.
         z = jax.tree.map(lambda p: jnp.array(p, self.state_dtype or jnp.result_type(p)), params)
         zero = jnp.zeros([], jnp.float32)
