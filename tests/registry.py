@@ -100,7 +100,7 @@ FACTORIES_WITH_ARGS = frozenset(
         "ema",
         "flatten",
         "masked",
-        "monitor",
+        "monitored",
         "multi_transform",
         "partition",
         "scale",
@@ -269,10 +269,10 @@ register("zero_nans", optx.zero_nans)
 # Records norms, the learning rate and skipped steps in its state (also with a schedule and
 # a skipping wrapper inside). Its update/parameter ratio reads the parameters when given (0
 # without): the suite's flag is all or nothing, so the inner transforms here need them.
-register("monitor", lambda: optx.monitor(optx.adamw(1e-2)), needs_params=True)
+register("monitored", lambda: optx.monitored(optx.adamw(1e-2)), needs_params=True)
 register(
-    "monitor/schedule_skips",
-    lambda: optx.monitor(
+    "monitored/schedule_skips",
+    lambda: optx.monitored(
         optx.apply_if_finite(
             optx.chain(optx.add_decayed_weights(1e-2), optx.sgd(warmup_schedule, momentum=0.9)), 3
         )
@@ -362,12 +362,14 @@ def _load_families() -> frozenset[str]:
     """Entries of optimizer families kept in ``tests/registry_<family>.py``.
 
     Each such module defines ``FACTORIES_WITH_ARGS`` (a set of public names) and
-    ``entries(register)``, which calls ``register`` for each of its entries. They are loaded
+    ``entries(register)``, which calls ``register`` for each of its entries; its
+    ``NOT_FACTORIES``, where it has one, joins `NOT_FACTORIES`. They are loaded
     by path, so this works whether the tests run as a package or from ``tests/``.
     """
     import importlib.util
     import pathlib
 
+    global NOT_FACTORIES
     names: set[str] = set()
     for path in sorted(pathlib.Path(__file__).parent.glob("registry_*.py")):
         spec = importlib.util.spec_from_file_location(f"_optx_{path.stem}", path)
@@ -376,6 +378,7 @@ def _load_families() -> frozenset[str]:
         spec.loader.exec_module(module)
         module.entries(register)
         names |= set(module.FACTORIES_WITH_ARGS)
+        NOT_FACTORIES = NOT_FACTORIES | frozenset(getattr(module, "NOT_FACTORIES", ()))
     return frozenset(names)
 
 
