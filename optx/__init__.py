@@ -199,6 +199,7 @@ from optx._src.measure import SnapshotState as SnapshotState
 from optx._src.measure import measure_with_ema as measure_with_ema
 from optx._src.measure import monitor as monitor
 from optx._src.measure import snapshot as snapshot
+from optx._src.microbatching import microbatch as microbatch
 from optx._src.missing import skip_missing as skip_missing
 from optx._src.momentum import EmaState as EmaState
 from optx._src.momentum import TraceState as TraceState

@@ -27,6 +27,7 @@ FACTORIES_WITH_ARGS = frozenset(
 NOT_FACTORIES = frozenset(
     {
         "incremental_update",
+        "microbatch",
         "periodic_update",
         "skip_large_updates",
         "skip_not_finite",
@@ -60,9 +61,9 @@ def decay_warmup(count: jax.Array) -> jax.Array:
     return jnp.minimum(1.0 - 0.5 / (1.0 + count), 0.9)
 
 
-def matrices(params: optx.Params) -> optx.Params:
-    """A mask: the leaves of rank >= 2."""
-    return jax.tree.map(lambda p: jnp.ndim(p) >= 2, params)
+def vectors(params: optx.Params) -> optx.Params:
+    """A mask: the leaves of rank < 2."""
+    return jax.tree.map(lambda p: jnp.ndim(p) < 2, params)
 
 
 def entries(register) -> None:
@@ -106,7 +107,7 @@ def entries(register) -> None:
         "conditionally_mask",
         lambda: optx.conditionally_mask(optx.sgd(0.1, momentum=0.9), after_first),
     )
-    register("freeze", lambda: optx.freeze(matrices), repr_prefix="masked(")
+    register("freeze", lambda: optx.freeze(vectors), repr_prefix="masked(")
     register(
         "selective_transform",
         lambda: optx.selective_transform(optx.adam(1e-2), freeze_mask=False),

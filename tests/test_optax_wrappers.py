@@ -389,3 +389,129 @@ def test_mask_compatible_extra_args_match_optax() -> None:
     with pytest.raises(ValueError):
         tx = optx.masked(inner_tx(), mask)
         tx.update(grads, tx.init(params), params, weights=weights)
+
+
+# -- optx.microbatching against optax.microbatching ---------------------------------------
+
+KINDS = ("SUM", "MEAN", "RUNNING_MEAN", "CONCAT")
+
+
+def test_microbatch_matches_optax() -> None:
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((12, 3)), jnp.float32)
+    y = jnp.arange(12.0)
+
+    def fun(x, scale, *, y):
+        return {"rows": x * scale + y[:, None], "total": jnp.sum(x) * scale, "y": jnp.sum(y)}
+
+    @jax.jit
+    def both(x, y, real):
+        out = []
+        for kind in KINDS:
+            accs = [
+                {
+                    "rows": lib.microbatching.AccumulationType.CONCAT,
+                    "total": getattr(lib.microbatching.AccumulationType, kind),
+                    "y": getattr(lib.microbatching.AccumulationType, kind),
+                }
+                for lib in (optx, optax)
+            ]
+            runs = [
+                lib.microbatch(fun, 0, 4, acc, argnames="y", num_real_microbatches=real)(
+                    x, 2.0, y=y
+                )
+                for lib, acc in zip((optx, optax), accs, strict=True)
+            ]
+            out.append(runs)
+        return out
+
+    for real in (None, 2):
+        for (ours, theirs), kind in zip(both(x, y, real), KINDS, strict=True):
+            # The same sums in the same order (3 microbatches, one rounding each).
+            assert_close(f"microbatch {kind}", ours, theirs, rtol=roundoff_rtol(1, 3))
+    np.testing.assert_array_equal(
+        optx.microbatching.reshape_batch_axis(x, 4), optax.microbatching.reshape_batch_axis(x, 4)
+    )
+
+
+def test_micro_vmap_and_micro_grad_match_optax() -> None:
+    def loss(w, x, y):
+        return 0.5 * jnp.mean((x @ w - y) ** 2), jnp.sum(x)
+
+    w = jnp.array([0.5, -1.0])
+    x = jnp.asarray(np.random.default_rng(2).standard_normal((8, 1, 2)), jnp.float32)
+    y = jnp.asarray(np.random.default_rng(3).standard_normal((8, 1)), jnp.float32)
+
+    @jax.jit
+    def both(w, x, y):
+        out = []
+        for lib in (optx, optax):
+            mb = lib.microbatching
+            grad_fn = mb.micro_grad(
+                loss,
+                has_aux=True,
+                batch_argnums=(1, 2),
+                keep_batch_dim=False,
+                microbatch_size=2,
+                accumulator=mb.AccumulationType.MEAN,
+                transform_fn=lambda g: (g, g**2),
+                metrics_fn=jnp.linalg.norm,
+            )
+            vm = mb.micro_vmap(
+                lambda a, b: a * b,
+                in_axes=(0, None),
+                microbatch_size=4,
+                accumulator=mb.AccumulationType.SUM,
+            )
+            out.append((grad_fn(w, x, y), vm(x[:, 0, 0], 3.0)))
+        return out
+
+    ours, theirs = both(w, x, y)
+    # optax's `Aux` is another class of the same name and fields.
+    assert str(jax.tree.structure(ours)) == str(jax.tree.structure(theirs))
+    # Per-example gradients as in optax, averaged in the same order: a rounding per
+    # microbatch (4) and per product of the loss (a few).
+    assert_close("micro_grad", ours, theirs, rtol=roundoff_rtol(1, 8))
+    (_, aux), _ = ours
+    assert type(aux).__name__ == "Aux" and aux.values.shape == (8,)
+
+
+def test_microbatching_errors() -> None:
+    f = optx.microbatch(lambda a, b: a + b, (0, 1), 2)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "`microbatch` needs batch arguments with one batch size. Received: batch sizes [4, 6]."
+        ),
+    ):
+        f(jnp.ones(4), jnp.ones(6))
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "`microbatch` needs a batch size that microbatch_size divides. Received: batch "
+            "size 5, microbatch_size=2."
+        ),
+    ):
+        f(jnp.ones(5), jnp.ones(5))
+    mean = optx.microbatching.AccumulationType.MEAN
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "`microbatch` needs floating-point results for a MEAN or RUNNING_MEAN accumulator. "
+            "Received: a result of dtype int32."
+        ),
+    ):
+        optx.microbatch(jnp.sum, 0, 2, mean)(jnp.arange(4))
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "`microbatch` needs accumulator to be an Accumulator, an AccumulationType or a "
+            "pytree of them. Received: 'sum'."
+        ),
+    ):
+        optx.microbatch(jnp.sum, 0, 2, "sum")(jnp.arange(4.0))
+    with pytest.raises(
+        NotImplementedError,
+        match=re.escape("`micro_vmap` needs out_axes=0 (the only one it supports)."),
+    ):
+        optx.microbatching.micro_vmap(jnp.sin, out_axes=1)
+    assert optx.microbatch(jnp.sin, 0, None) is jnp.sin

@@ -154,6 +154,7 @@ OPTX_NAMES = [
     "make_step",
     "masked",
     "measure_with_ema",
+    "microbatch",
     "microbatching",
     "monitor",
     "monitor_metrics",
@@ -310,7 +311,14 @@ CONTRIB_NAMES: list[str] = [
     "sophia",
 ]
 
-MICROBATCHING_NAMES: list[str] = []
+MICROBATCHING_NAMES: list[str] = [
+    "AccumulationType",
+    "Accumulator",
+    "micro_grad",
+    "micro_vmap",
+    "microbatch",
+    "reshape_batch_axis",
+]
 
 PROJECTIONS_NAMES: list[str] = []
 

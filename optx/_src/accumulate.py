@@ -254,7 +254,7 @@ class MultiSteps(Transform):
             if isinstance(k, int) and k == 1:
                 return emit(None)
             # Only the branch taken runs: the inner update is not computed on held calls.
-            return jax.lax.cond(state.mini_step + 1 >= k, emit, hold, None)
+            return jax.lax.cond(state.mini_step >= k - 1, emit, hold, None)
 
         if fn is None:
             return accumulate(None)
