@@ -73,8 +73,8 @@ RESETTING = frozenset(
 
 # Entries that a NaN gradient leaves without a NaN in the parameters and the state, by
 # design: they replace the updates with zeros (`set_to_zero`), drop the NaN (`zero_nans`),
-# skip the step themselves (`apply_if_finite`, `dynamic_loss_scale`), or ignore the
-# gradients (the Hessian estimator).
+# skip the step themselves (`apply_if_finite`, `dynamic_loss_scale`, `MultiSteps` with
+# `skip_not_finite`), or ignore the gradients (the Hessian estimator).
 DROPS_NAN = frozenset(
     {
         "set_to_zero",
@@ -83,6 +83,8 @@ DROPS_NAN = frozenset(
         "dynamic_loss_scale",
         "hutchinson_estimator_diag_hessian",
         "hutchinson_estimator_diag_hessian/typed_key",
+        "MultiSteps/schedule_sum_skip",
+        "accumulate_gradients/schedule_skip",
     }
 )
 # Entries whose configuration names all five conformance parameters.
