@@ -93,7 +93,7 @@ _OPTX_TOPICS: tuple[tuple[str, str, str, tuple[str, ...] | None], ...] = (
         "Inspecting",
         "Reading a state: its hyperparameters, slots and counters as a table, and per-step "
         "figures recorded for logging.",
-        ("summary", "monitor"),
+        ("summary", "monitored", "measure"),
     ),
     (
         "scale",

@@ -16,6 +16,7 @@ write it again:
 from __future__ import annotations
 
 import argparse
+import enum
 import importlib
 import inspect
 import math
@@ -149,6 +150,8 @@ def _same_default(a: Any, b: Any) -> bool:
         return True
     if _is_transform(a) and _is_transform(b):
         return True  # a default transform (`lbfgs`'s line search): built alike, not comparable
+    if isinstance(a, enum.Enum) and isinstance(b, enum.Enum):
+        return (a.name, a.value) == (b.name, b.value)  # optx's enum mirrors optax's
     if callable(a) or callable(b):
         # Functions (a default `clip_value_fn`) compare by what they compute, not identity;
         # dtypes (`jnp.float32`) by name.
@@ -242,8 +245,11 @@ def differences_table() -> str:
     """The markdown table of every optax name optx lacks, or takes other arguments for."""
     _, _, extra = check()
     rows = ["| optax | optx | difference |", "|---|---|---|"]
+    by_reason: dict[str, list[str]] = {}
     for qualified, reason in sorted(EXCLUDED.items()):
-        rows.append(f"| `{qualified}` | — | {reason} |")
+        by_reason.setdefault(reason, []).append(f"`{qualified}`")
+    for reason, qualified_names in by_reason.items():  # one row per reason (the losses)
+        rows.append(f"| {', '.join(qualified_names)} | — | {reason} |")
     for qualified, reason in sorted(SIGNATURES.items()):
         rows.append(f"| `{qualified}` | `{'optx' + qualified[5:]}` | {reason} |")
     for qualified, reason in sorted(STATES.items()):

@@ -113,7 +113,7 @@ FACTORIES_WITH_ARGS = frozenset(
         "ema",
         "flatten",
         "masked",
-        "monitor",
+        "monitored",
         "multi_transform",
         "partition",
         "scale",
@@ -322,10 +322,10 @@ register("zero_nans", optx.zero_nans)
 # Records norms, the learning rate and skipped steps in its state (also with a schedule and
 # a skipping wrapper inside). Its update/parameter ratio reads the parameters when given (0
 # without): the suite's flag is all or nothing, so the inner transforms here need them.
-register("monitor", lambda: optx.monitor(optx.adamw(1e-2)), needs_params=True)
+register("monitored", lambda: optx.monitored(optx.adamw(1e-2)), needs_params=True)
 register(
-    "monitor/schedule_skips",
-    lambda: optx.monitor(
+    "monitored/schedule_skips",
+    lambda: optx.monitored(
         optx.apply_if_finite(
             optx.chain(optx.add_decayed_weights(1e-2), optx.sgd(warmup_schedule, momentum=0.9)), 3
         )
@@ -422,6 +422,7 @@ def _load_families() -> tuple[frozenset[str], frozenset[str]]:
     import importlib.util
     import pathlib
 
+    global NOT_FACTORIES
     names: set[str] = set()
     others: set[str] = set()
     for path in sorted(pathlib.Path(__file__).parent.glob("registry_*.py")):

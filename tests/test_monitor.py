@@ -1,4 +1,4 @@
-"""`optx.monitor` and `optx.monitor_metrics`: per-step figures recorded in the state."""
+"""`optx.monitored` and `optx.monitor_metrics`: per-step figures recorded in the state."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_metrics_against_numpy_sgd_momentum() -> None:
     # Under jit; the conformance suite checks that eager steps give the same.
     lr, momentum, steps = 0.1, 0.9, 3
     params, grads = make_params(), make_grads(steps)
-    got, _ = run(optx.monitor(optx.sgd(lr, momentum=momentum)), grads, params)
+    got, _ = run(optx.monitored(optx.sgd(lr, momentum=momentum)), grads, params)
     p = jax.tree.map(np.float64, params)
     trace = jax.tree.map(np.zeros_like, p)
     for t, g in enumerate(grads):
@@ -85,7 +85,7 @@ def test_metrics_against_numpy_sgd_momentum() -> None:
 
 
 def test_initial_metrics_and_ratio_without_params() -> None:
-    tx = optx.monitor(optx.adam(1e-3))
+    tx = optx.monitored(optx.adam(1e-3))
     params = make_params()
     first = optx.monitor_metrics(tx.init(params))
     assert [float(first[k]) for k in ("count", "grad_norm", "update_norm", "skipped_steps")] == [
@@ -105,17 +105,17 @@ def test_initial_metrics_and_ratio_without_params() -> None:
 def test_learning_rate_follows_schedule_and_set_hyperparams() -> None:
     schedule = optx.schedules.linear_schedule(0.1, 0.01, transition_steps=4)
     params, grads = make_params(), make_grads(5)
-    got, _ = run(optx.monitor(optx.adam(schedule)), grads, params)
+    got, _ = run(optx.monitored(optx.adam(schedule)), grads, params)
     for t in range(5):
         expected = 0.1 + (0.01 - 0.1) * min(t, 4) / 4
         np.testing.assert_allclose(got[t]["learning_rate"], expected, rtol=RTOL)
     # A dynamic learning rate is read from the state: a change shows in the next step.
-    tx = optx.monitor(optx.chain(optx.clip(1.0), optx.sgd(0.1)))
+    tx = optx.monitored(optx.chain(optx.clip(1.0), optx.sgd(0.1)))
     state = optx.set_hyperparams(tx.init(params), learning_rate=0.03)
     _, state = jax.jit(tx.update)(grads[0], state, params)
     np.testing.assert_allclose(optx.monitor_metrics(state)["learning_rate"], 0.03, rtol=RTOL)
     # No learning rate anywhere: NaN.
-    tx = optx.monitor(optx.scale_by_adam())
+    tx = optx.monitored(optx.scale_by_adam())
     _, state = tx.update(grads[0], tx.init(params), params)
     assert np.isnan(optx.monitor_metrics(state)["learning_rate"])
 
@@ -123,7 +123,7 @@ def test_learning_rate_follows_schedule_and_set_hyperparams() -> None:
 def test_learning_rate_of_optax_inner_transforms() -> None:
     params, grads = make_params(), make_grads(3)
     schedule = optax.exponential_decay(0.2, transition_steps=1, decay_rate=0.5)
-    tx = optx.monitor(optax.inject_hyperparams(optax.sgd)(learning_rate=schedule))
+    tx = optx.monitored(optax.inject_hyperparams(optax.sgd)(learning_rate=schedule))
     got, _ = run(tx, grads, params)
     for t in range(3):
         np.testing.assert_allclose(got[t]["learning_rate"], 0.2 * 0.5**t, rtol=RTOL)
@@ -140,27 +140,27 @@ def test_skipped_steps_of_apply_if_finite_and_dynamic_loss_scale() -> None:
         optx.dynamic_loss_scale(optx.adam(1e-2), initial_scale=2.0, growth_interval=1),
         optax.apply_if_finite(optax.adam(1e-2), 3),
     ):
-        got, _ = run(optx.monitor(inner), grads, params)
+        got, _ = run(optx.monitored(inner), grads, params)
         assert [int(m["skipped_steps"]) for m in got] == [0, 1, 1, 2], inner
         # A skipped step returns zero updates.
         assert float(got[1]["update_norm"]) == 0.0 and np.isnan(got[1]["grad_norm"])
-    got, _ = run(optx.monitor(optx.adam(1e-2)), grads[:1], params)
+    got, _ = run(optx.monitored(optx.adam(1e-2)), grads[:1], params)
     assert int(got[0]["skipped_steps"]) == 0
 
 
 def test_inside_optx_and_optax_chains_and_bfloat16() -> None:
     params, grads = make_params(), make_grads(2)
-    alone, _ = run(optx.monitor(optx.adam(1e-2)), grads, params)
+    alone, _ = run(optx.monitored(optx.adam(1e-2)), grads, params)
     for tx in (
-        optx.chain(optx.identity(), optx.monitor(optx.adam(1e-2))),
-        optax.chain(optax.identity(), optx.monitor(optx.adam(1e-2))),
+        optx.chain(optx.identity(), optx.monitored(optx.adam(1e-2))),
+        optax.chain(optax.identity(), optx.monitored(optx.adam(1e-2))),
     ):
         got, _ = run(tx, grads, params)
         for a, b in zip(alone, got, strict=True):
             check(b, {k: a[k] for k in FLOATS})
     half = jax.tree.map(lambda x: jnp.asarray(x, jnp.bfloat16), params)
     half_grads = [jax.tree.map(lambda x: jnp.asarray(x, jnp.bfloat16), g) for g in grads]
-    got, _ = run(optx.monitor(optx.sgd(0.5)), half_grads, half)
+    got, _ = run(optx.monitored(optx.sgd(0.5)), half_grads, half)
     assert got[0]["grad_norm"].dtype == np.float32
     # The norm of the bfloat16 values, summed in float32.
     expected = global_norm(jax.tree.map(lambda x: np.asarray(x, np.float32), half_grads[0]))
@@ -169,16 +169,16 @@ def test_inside_optx_and_optax_chains_and_bfloat16() -> None:
 
 def test_inside_flatten_equals_per_leaf() -> None:
     params, grads = make_params(), make_grads(2)
-    alone, _ = run(optx.monitor(optx.adam(1e-2)), grads, params)
-    flat, _ = run(optx.flatten(optx.monitor(optx.adam(1e-2))), grads, params)
+    alone, _ = run(optx.monitored(optx.adam(1e-2)), grads, params)
+    flat, _ = run(optx.flatten(optx.monitored(optx.adam(1e-2))), grads, params)
     for a, b in zip(alone, flat, strict=True):
         check(b, {k: a[k] for k in FLOATS})
 
 
 def test_from_the_stateful_layer() -> None:
-    opt = optx.optimizers.Optimizer(optx.monitor(optx.adam(1e-2)))
+    opt = optx.optimizers.Optimizer(optx.monitored(optx.adam(1e-2)))
     params, grads = make_params(), make_grads(2)
-    expected, _ = run(optx.monitor(optx.adam(1e-2)), grads, params)
+    expected, _ = run(optx.monitored(optx.adam(1e-2)), grads, params)
     for g in grads:
         params = opt.apply(g, params)
     variables = opt.variables
@@ -193,24 +193,24 @@ def test_errors() -> None:
     with pytest.raises(
         TypeError,
         match=re.escape(
-            "`monitor` needs inner to be a transform with `init` and `update` methods (an optx "
+            "`monitored` needs inner to be a transform with `init` and `update` methods (an optx "
             "or optax transform). Received: inner=3."
         ),
     ):
-        optx.monitor(3)
+        optx.monitored(3)
     with pytest.raises(
         ValueError,
         match=re.escape(
-            "`monitor_metrics` needs a state holding exactly one `monitor` state. "
+            "`monitor_metrics` needs a state holding exactly one `monitored` state. "
             "Received: a state holding 0."
         ),
     ):
         optx.monitor_metrics(optx.adam(1e-3).init(make_params()))
-    two = optx.chain(optx.monitor(optx.clip(1.0)), optx.monitor(optx.sgd(0.1)))
+    two = optx.chain(optx.monitored(optx.clip(1.0)), optx.monitored(optx.sgd(0.1)))
     with pytest.raises(ValueError, match=re.escape("Received: a state holding 2.")):
         optx.monitor_metrics(two.init(make_params()))
     # A complex gradient is refused by the monitor itself, before its norms would cast it.
-    tx = optx.monitor(optx.sgd(0.1))
+    tx = optx.monitored(optx.sgd(0.1))
     params = {"w": jnp.ones(2, jnp.float32)}
     state = tx.init(params)
     with warnings.catch_warnings():
@@ -218,7 +218,7 @@ def test_errors() -> None:
         with pytest.raises(
             TypeError,
             match=re.escape(
-                "`monitor.update` needs real updates: it does not support complex values. "
+                "`monitored.update` needs real updates: it does not support complex values. "
                 "Received: updates['w'] of dtype complex64."
             ),
         ):

@@ -45,6 +45,7 @@ NOT_OPTIONS = {
     "MultiOptimizer": "checked below with its own arguments",
     "LossScaleOptimizer": "checked below with its own arguments",
     "TrainStep": "made by `make_step`, which checks has_aux",
+    "micro_grad": "a gradient function (`has_aux` as in jax.grad), not a transform",
 }
 # Options that take a bool or something else (a mask).
 NOT_ONLY_BOOL = {("lars", "weight_decay_mask"), ("lars", "trust_ratio_mask")}
@@ -64,6 +65,15 @@ REQUIRED: dict[str, Any] = {
     "warmup_steps": 2,
     "transition_steps": 10,
     "decay_rate": 0.5,
+    "opt": optx.sgd(0.1),
+    "every_k_schedule": 2,
+    "every_k": 2,
+    "inner": optx.sgd(0.1),
+    "should_transform_fn": lambda step: step > 0,
+    "mask": True,
+    "transforms": {"a": optx.sgd(0.1)},
+    "param_labels": "a",
+    "measure": optx.tree.norm,
 }
 
 

@@ -374,6 +374,7 @@ class Masked(Transform):
     name = "masked"
     inner: GradientTransformationLike = None  # type: ignore[assignment]
     mask: MaskSpec = None
+    mask_compatible_extra_args: bool = False
 
     def __post_init__(self) -> None:
         checks.transform("masked", "inner", self.inner)
@@ -396,13 +397,25 @@ class Masked(Transform):
             _select(mask, updates),
             state.inner_state,
             inner_params,
-            extra,
+            _masked_extra(self.mask_compatible_extra_args, extra, updates, mask),
         )
         merged = jax.tree.map(lambda m, n, u: n if m else u, mask, new, updates, is_leaf=is_none)
         return merged, MaskedState(inner_state)
 
 
-def masked(inner: GradientTransformationLike, mask: MaskSpec) -> Masked:
+def _masked_extra(on: bool, extra: dict, updates: Updates, mask: Any) -> dict:
+    """``extra`` with each value of the updates' tree structure masked like the updates."""
+    if not on or not extra:
+        return extra
+    structure = jax.tree.structure(updates)
+    return {
+        k: _select(mask, v) if jax.tree.structure(v) == structure else v for k, v in extra.items()
+    }
+
+
+def masked(
+    inner: GradientTransformationLike, mask: MaskSpec, *, mask_compatible_extra_args: bool = False
+) -> Masked:
     """Applies ``inner`` to the leaves ``mask`` selects; the others pass through unchanged.
 
     ``inner`` sees a tree in which unselected leaves are `MaskedNode` (empty subtrees), so
@@ -414,6 +427,9 @@ def masked(inner: GradientTransformationLike, mask: MaskSpec) -> Masked:
         callable ``params -> pytree of bools``; or a regular expression, or a list of them,
         selecting the leaves whose path name (``"dense/kernel"``) they match
         (``re.search``).
+      mask_compatible_extra_args: also mask the keyword arguments of ``update`` whose tree
+        structure is the updates' (per-parameter values such as tags), so ``inner`` gets
+        them over its leaves only.
 
     Returns:
       The masked transform.
@@ -430,7 +446,7 @@ def masked(inner: GradientTransformationLike, mask: MaskSpec) -> Masked:
       >>> updates["bias"], updates["kernel"]
       (Array([0., 0.], dtype=float32), Array([1., 1.], dtype=float32))
     """
-    return Masked(inner, mask)
+    return Masked(inner, mask, mask_compatible_extra_args)
 
 
 class PartitionState(NamedTuple):
@@ -456,6 +472,7 @@ class Partition(Transform):
     name = "partition"
     transforms: tuple[tuple[Hashable, GradientTransformationLike], ...] = ()
     param_labels: Any = None
+    mask_compatible_extra_args: bool = False
 
     def __post_init__(self) -> None:
         for label, tx in self.transforms:
@@ -523,7 +540,7 @@ class Partition(Transform):
                 _select(mask, updates),
                 state.inner_states[label].inner_state,
                 None if params is None else _select(mask, params),
-                extra,
+                _masked_extra(self.mask_compatible_extra_args, extra, updates, mask),
             )
             merged = jax.tree.map(lambda m, n, u: n if m else u, mask, new, merged, is_leaf=is_none)
             new_states[label] = MaskedState(inner)
@@ -565,6 +582,8 @@ def _labels_from_regex(api: str, regexes: Mapping[str, Hashable], params: Params
 def partition(
     transforms: Mapping[Hashable, GradientTransformationLike],
     param_labels: Any,
+    *,
+    mask_compatible_extra_args: bool = False,
 ) -> Partition:
     """Routes each parameter to the transform of its label (optax's ``multi_transform``).
 
@@ -575,6 +594,8 @@ def partition(
         ``{regex: label}`` whose first regular expression that matches a parameter's path
         name (``re.search``) gives its label (used when the dict is not a prefix of the
         parameters' structure).
+      mask_compatible_extra_args: pass each transform the keyword arguments of ``update``
+        whose tree structure is the updates' over its own parameters only (as `masked`).
 
     Returns:
       The partitioned transform; its state holds one masked state per label.
@@ -600,7 +621,11 @@ def partition(
         )
     # Labels are disjoint, so their order does not matter: sorting makes equal partitions
     # equal (and hash-equal) however their dicts were written.
-    return Partition(tuple(sorted(transforms.items(), key=lambda kv: repr(kv[0]))), param_labels)
+    return Partition(
+        tuple(sorted(transforms.items(), key=lambda kv: repr(kv[0]))),
+        param_labels,
+        mask_compatible_extra_args,
+    )
 
 
 multi_transform = partition

@@ -562,7 +562,8 @@ def walk_transforms(
     Depth first, outer transforms before inner ones, chains in order. Knows optx's
     combinators (`chain`, `named_chain`, `partition`) and wrappers whose inner transform
     sits in a field ``inner`` (state field ``inner_state``, or the state itself) or ``X``
-    / ``X_optimizer`` (state field ``X_state``). Other transforms are leaves of the walk.
+    / ``X_optimizer`` (state field ``X_state`` or ``inner_X_state``). Other transforms are
+    leaves of the walk.
 
     Raises:
       ValueError: a combinator's state does not have the structure it makes.
@@ -610,7 +611,7 @@ def _paired_children(
             continue
         base = field.name.removesuffix("_optimizer")
         candidates = ["inner_state"] if field.name == "inner" else []
-        candidates += [f"{field.name}_state", f"{base}_state"]
+        candidates += [f"{field.name}_state", f"{base}_state", f"inner_{field.name}_state"]
         match = next((c for c in candidates if c in fields), None)
         if match is not None:
             found.append(((attr(match),), child, getattr(state, match)))

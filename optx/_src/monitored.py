@@ -1,4 +1,4 @@
-"""`monitor`: per-step figures of an optimizer, recorded in its state for logging."""
+"""`monitored`: per-step figures of an optimizer, recorded in its state for logging."""
 
 from __future__ import annotations
 
@@ -36,11 +36,11 @@ METRICS = (
 )
 
 
-class MonitorState(NamedTuple):
-    """State of `monitor`.
+class MonitoredState(NamedTuple):
+    """State of `monitored`.
 
     Attributes:
-      metrics: the figures of the last step, by name (see `monitor`): float32 scalars, and
+      metrics: the figures of the last step, by name (see `monitored`): float32 scalars, and
         int32 ``count`` and ``skipped_steps``.
       inner_state: the wrapped transform's state.
     """
@@ -50,10 +50,10 @@ class MonitorState(NamedTuple):
 
 
 @transform
-class Monitor(Transform):
-    """See `monitor`."""
+class Monitored(Transform):
+    """See `monitored`."""
 
-    name = "monitor"
+    name = "monitored"
     # Its own maths is global norms only: it computes the same on flat buffers.
     elementwise = True
     inner: GradientTransformationLike = None  # type: ignore[assignment]
@@ -61,18 +61,18 @@ class Monitor(Transform):
     def __post_init__(self) -> None:
         checks.transform(self.name, "inner", self.inner)
 
-    def init(self, params: Params) -> MonitorState:
+    def init(self, params: Params) -> MonitoredState:
         metrics = {name: jnp.zeros([], _F32) for name in METRICS}
         metrics["count"] = zero_count()
         metrics["skipped_steps"] = zero_count()
         metrics["learning_rate"] = jnp.full([], jnp.nan, _F32)
-        return MonitorState(metrics, self.inner.init(params))
+        return MonitoredState(metrics, self.inner.init(params))
 
     def update(
-        self, updates: Updates, state: MonitorState, params: Params | None = None, **extra: Any
-    ) -> tuple[Updates, MonitorState]:
+        self, updates: Updates, state: MonitoredState, params: Params | None = None, **extra: Any
+    ) -> tuple[Updates, MonitoredState]:
         # Before the norms: they would cast a complex gradient to real, with a warning.
-        checks.float_updates("monitor.update", updates)
+        checks.float_updates("monitored.update", updates)
         old_inner = state.inner_state
         grad_norm = _norm(updates)
         param_norm = _norm(params) if params is not None else jnp.zeros([], _F32)
@@ -97,7 +97,7 @@ class Monitor(Transform):
             "update_norm": update_norm,
             "update_ratio": ratio.astype(_F32),
         }
-        return new_updates, MonitorState(metrics, new_inner)
+        return new_updates, MonitoredState(metrics, new_inner)
 
 
 def _norm(tree: Any) -> jax.Array:
@@ -144,9 +144,9 @@ def _counting(state: OptState) -> list[Any]:
 
 
 def _learning_rate(inner: Any, old: OptState, new: OptState) -> jax.Array:
-    """The learning rate of this step, or NaN where none can be read (see `monitor`)."""
+    """The learning rate of this step, or NaN where none can be read (see `monitored`)."""
     walks = zip(
-        walk_transforms(inner, old, api="monitor"), walk_transforms(inner, new), strict=True
+        walk_transforms(inner, old, api="monitored"), walk_transforms(inner, new), strict=True
     )
     for (_, tx, _), (_, _, after) in walks:
         if isinstance(tx, Transform):
@@ -171,7 +171,7 @@ def _named_learning_rate(state: OptState) -> jax.Array | None:
     return None
 
 
-def monitor(inner: GradientTransformationLike) -> Monitor:
+def monitored(inner: GradientTransformationLike) -> Monitored:
     r"""Wraps ``inner`` to record, every step, figures worth plotting into the state.
 
     The figures are computed inside the same (jitted) ``update``, each norm as one
@@ -179,7 +179,7 @@ def monitor(inner: GradientTransformationLike) -> Monitor:
     `monitor_metrics`) so a jitted training step can return them for logging:
 
     * ``grad_norm``: the global L2 norm of the updates ``inner`` receives (the gradients,
-      when ``monitor`` comes first);
+      when ``monitored`` comes first);
     * ``update_norm``: the global L2 norm of the updates ``inner`` returns;
     * ``update_ratio``: ``update_norm / param_norm``, with ``param_norm`` the global norm of
       the ``params`` given to ``update``; 0 when no ``params`` are given or their norm is 0
@@ -209,14 +209,14 @@ def monitor(inner: GradientTransformationLike) -> Monitor:
       inner: the transform to watch (an optimizer, a chain, an optax transform).
 
     Returns:
-      The transform; its state is `MonitorState`.
+      The transform; its state is `MonitoredState`.
 
     Raises:
       TypeError: ``inner`` is not a transform.
 
     Example:
       >>> import jax, jax.numpy as jnp, optx
-      >>> tx = optx.monitor(optx.sgd(0.5))
+      >>> tx = optx.monitored(optx.sgd(0.5))
       >>> params = {"w": jnp.array([3.0, 4.0])}
       >>> step = jax.jit(tx.update)
       >>> updates, state = step({"w": jnp.array([0.6, 0.8])}, tx.init(params), params)
@@ -224,28 +224,28 @@ def monitor(inner: GradientTransformationLike) -> Monitor:
       {'count': 1.0, 'grad_norm': 1.0, 'learning_rate': 0.5, 'skipped_steps': 0.0,
        'update_norm': 0.5, 'update_ratio': 0.1}
     """
-    return Monitor(inner)
+    return Monitored(inner)
 
 
 def monitor_metrics(state: OptState) -> dict[str, jax.Array]:
-    """The figures that `monitor` recorded, from a state that holds one monitor anywhere.
+    """The figures that `monitored` recorded, from a state that holds one anywhere.
 
     Args:
-      state: a state holding exactly one `MonitorState` (in a chain, a wrapper, optax's
+      state: a state holding exactly one `MonitoredState` (in a chain, a wrapper, optax's
         containers); traced states work, so a jitted step can return the figures.
 
     Returns:
       ``{"count", "grad_norm", "learning_rate", "skipped_steps", "update_norm",
-      "update_ratio"}`` to scalar arrays (see `monitor`).
+      "update_ratio"}`` to scalar arrays (see `monitored`).
 
     Raises:
-      ValueError: ``state`` holds no `MonitorState`, or several.
+      ValueError: ``state`` holds no `MonitoredState`, or several.
 
     Example:
       >>> import jax.numpy as jnp, optx
-      >>> tx = optx.chain(optx.clip_by_global_norm(1.0), optx.monitor(optx.adam(1e-3)))
+      >>> tx = optx.chain(optx.clip_by_global_norm(1.0), optx.monitored(optx.adam(1e-3)))
       >>> state = tx.init({"w": jnp.zeros(2)})
       >>> sorted(optx.monitor_metrics(state))
       ['count', 'grad_norm', 'learning_rate', 'skipped_steps', 'update_norm', 'update_ratio']
     """
-    return dict(find_one(state, MonitorState, "monitor_metrics", "monitor").metrics)
+    return dict(find_one(state, MonitoredState, "monitor_metrics", "monitored").metrics)
