@@ -43,6 +43,8 @@ def _slot(option: str) -> str:
 
 
 REFUSED: dict[str, str] = {
+    "MultiSteps": _slot("accumulator_dtype"),
+    "MultiSteps/schedule_sum_skip": _slot("accumulator_dtype"),
     "accumulate_gradients/f32_accumulator": _slot("accumulator_dtype"),
     "adadelta": COMPLEX,
     "adadelta/keras": COMPLEX,
@@ -111,8 +113,8 @@ REFUSED: dict[str, str] = {
     "momo/adaptive": COMPLEX,
     "momo_adam": COMPLEX,
     "momo_adam/adaptive": COMPLEX,
-    "monitor": COMPLEX,
-    "monitor/schedule_skips": COMPLEX,
+    "monitored": COMPLEX,
+    "monitored/schedule_skips": COMPLEX,
     "muon": COMPLEX,
     "muon/dimension_numbers": COMPLEX,
     "muon/keras": COMPLEX,

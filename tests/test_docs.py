@@ -119,7 +119,7 @@ def test_reference_has_every_public_name(site, namespace):
     for page in (out / "reference").rglob("*.html"):
         anchors |= set(re.findall(r'id="([^"]+)"', page.read_text(encoding="utf-8")))
     names = public_names(namespace)
-    assert len(names) >= 5
+    assert len(names) >= 3  # a sanity floor: optx.second_order has three
     missing = [name for name in names if f"{namespace}.{name}" not in anchors]
     assert not missing, f"The API reference has no entry for these names of {namespace}: {missing}"
 

@@ -339,8 +339,9 @@ def test_get_slot_is_the_adam_first_moment():
         (lambda: OX.SGD(use_ema=True), ["average"]),
         (lambda: OX.SGD(gradient_accumulation_steps=2), ["gradient_accumulator"]),
         (
+            # The accumulator follows the inner optimizer's slots (optax's `MultiStepsState`).
             lambda: OX.Adam(use_ema=True, gradient_accumulation_steps=3),
-            ["average", "gradient_accumulator", "momentum", "velocity"],
+            ["average", "momentum", "velocity", "gradient_accumulator"],
         ),
     ],
 )

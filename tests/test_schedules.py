@@ -165,7 +165,7 @@ EXAMPLE_IDS = [f"{i}-{s.class_name}" for i, s in enumerate(EXAMPLES)]
 def test_examples_cover_every_schedule():
     factories = {
         name for name in dir(S) if not name.startswith("_") and inspect.isfunction(getattr(S, name))
-    } - {"from_config", "plot"}
+    } - {"from_config", "plot", "inject_hyperparams", "inject_stateful_hyperparams"}
     missing = factories - {s.class_name for s in EXAMPLES}
     assert not missing, f"Add an example of {sorted(missing)} to EXAMPLES in this file."
 

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from optx._src import checks
+from optx._src import hyperparams as hp
 from optx._src.base import (
     EmptyState,
     GradientTransformationLike,
@@ -76,11 +77,13 @@ class Snapshot(Transform):
         _check_measure(self.name, "measure", self.measure)
 
     def init(self, params: Params) -> SnapshotState:
+        checks.array_leaves(f"{self.name}.init", params, "params")
         return SnapshotState({self.measure_name: self.measure(params)})
 
     def update(
         self, updates: Updates, state: SnapshotState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, SnapshotState]:
+        checks.array_leaves(f"{self.name}.update", updates)
         del state, params, extra
         return updates, SnapshotState({self.measure_name: self.measure(updates)})
 
@@ -121,7 +124,8 @@ class MeasureWithEma(Transform):
     """See `measure_with_ema`."""
 
     name = "measure_with_ema"
-    elementwise = True
+    # A measurement is any function of the whole tree (shapes, paths): not elementwise.
+    elementwise = False
     measure: Measure = None  # type: ignore[assignment]
     # The average, with its decay declared there (a dynamic hyperparameter, "decay").
     ema: Ema = None  # type: ignore[assignment]
@@ -135,6 +139,7 @@ class MeasureWithEma(Transform):
     def update(
         self, updates: Updates, state: EmaState, params: Params | None = None, **extra: Any
     ) -> tuple[Any, EmaState]:
+        checks.array_leaves(f"{self.name}.update", updates)
         del params, extra
         return self.ema.update(_measured(self.measure, updates), state)
 
@@ -181,7 +186,8 @@ def measure_with_ema(
       Array(0.14285715, dtype=float32)
     """
     _check_measure("measure_with_ema", "measure", measure)
-    return MeasureWithEma(measure, Ema(decay, debias, accumulator_dtype))
+    with hp.caller("measure_with_ema"):
+        return MeasureWithEma(measure, Ema(decay, debias, accumulator_dtype))
 
 
 class MonitorState(NamedTuple):
@@ -202,7 +208,8 @@ class Measurement(Transform):
     """A plain function of the updates as a measurement transform of `monitor`."""
 
     name = "measurement"
-    elementwise = True
+    # A measurement is any function of the whole tree (shapes, paths): not elementwise.
+    elementwise = False
     fn: Measure = None  # type: ignore[assignment]
 
     def init(self, params: Params) -> EmptyState:
@@ -224,6 +231,7 @@ class Monitor(Transform):
     measures: tuple[tuple[str, GradientTransformationLike], ...] = ()
 
     def init(self, params: Params) -> MonitorState:
+        checks.array_leaves(f"{self.name}.init", params, "params")
         states = tuple(m.init(params) for _, m in self.measures)
 
         def measure_all() -> dict[str, Any]:
@@ -246,6 +254,7 @@ class Monitor(Transform):
     def update(
         self, updates: Updates, state: MonitorState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, MonitorState]:
+        checks.array_leaves(f"{self.name}.update", updates)
         values, states = self._measure(updates, state.measure_states, params, extra)
         return updates, MonitorState(values, states)
 

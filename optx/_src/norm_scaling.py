@@ -12,9 +12,8 @@ from typing import Any, ClassVar, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from optx._src import checks
+from optx._src import checks, tree_reduce
 from optx._src import hyperparams as hp
-from optx._src import tree as tree_lib
 from optx._src.base import Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.tree import is_none
 
@@ -183,7 +182,7 @@ class NormalizeByUpdateNorm(Transform):
         del params, extra
         h = state.hyperparams
         # One global norm (squares summed in float32 at least) and one scalar factor.
-        g_norm = tree_lib.norm([_wide(u) for u in jax.tree.leaves(updates) if u is not None])
+        g_norm = tree_reduce.norm([_wide(u) for u in jax.tree.leaves(updates) if u is not None])
         factor = h["scale_factor"] / (g_norm + h["eps"])
         return jax.tree.map(
             lambda u: None if u is None else (_wide(u) * factor).astype(u.dtype),

@@ -19,6 +19,7 @@ from jax import flatten_util
 from jax.typing import ArrayLike
 
 from optx._src import tree as tree_lib
+from optx._src import tree_reduce
 from optx._src.tree import path_name
 
 
@@ -235,7 +236,7 @@ def projection_l1_ball(tree: Any, scale: ArrayLike = 1) -> Any:
       for Learning in High Dimensions", ICML 2008.
     """
     _check("projection_l1_ball", "scale", scale)
-    inside = tree_lib.norm(tree, ord=1) <= scale
+    inside = tree_reduce.norm(tree, ord=1) <= scale
     return jax.lax.cond(inside, lambda t: t, lambda t: _l1_sphere(t, scale), tree)
 
 
@@ -262,7 +263,7 @@ def projection_l2_sphere(tree: Any, scale: ArrayLike = 1) -> Any:
       Array([0.6, 0.8], dtype=float32)
     """
     _check("projection_l2_sphere", "scale", scale)
-    return tree_lib.scale(scale / tree_lib.norm(tree), tree)
+    return tree_lib.scale(scale / tree_reduce.norm(tree), tree)
 
 
 def projection_l2_ball(tree: Any, scale: ArrayLike = 1) -> Any:
@@ -288,7 +289,7 @@ def projection_l2_ball(tree: Any, scale: ArrayLike = 1) -> Any:
       {'a': Array([0.6], dtype=float32), 'b': Array([0.8], dtype=float32)}
     """
     _check("projection_l2_ball", "scale", scale)
-    sq = tree_lib.norm(tree, squared=True)
+    sq = tree_reduce.norm(tree, squared=True)
     # The double `where` keeps the gradient finite at x == 0.
     norm = jnp.where(sq > 0, jnp.sqrt(jnp.where(sq > 0, sq, 1.0)), 0.0)
     return tree_lib.scale(scale / jnp.maximum(norm, scale), tree)
@@ -332,7 +333,7 @@ def _dots(api: str, x: Any, a: Any) -> tuple[jax.Array, jax.Array]:
                 f"`{api}` needs a with the shapes of x. Received: a[{path_name(path)!r}] of "
                 f"shape {np.shape(ai)}, x[{path_name(path)!r}] of shape {np.shape(xi)}."
             )
-    return tree_lib.vdot(x, a), tree_lib.vdot(a, a)
+    return tree_reduce.vdot(x, a), tree_reduce.vdot(a, a)
 
 
 def projection_vector(x: Any, a: Any) -> Any:

@@ -8,8 +8,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from optx._src import checks
-from optx._src import tree as tree_lib
+from optx._src import checks, tree_reduce
 from optx._src.algorithms.lookahead import restart_where
 from optx._src.base import (
     EmptyState,
@@ -45,7 +44,7 @@ class Normalize(Transform):
     ) -> tuple[Updates, EmptyState]:
         checks.float_updates(f"{self.name}.update", updates)
         del params, extra
-        g_norm = tree_lib.norm([u for u in jax.tree.leaves(updates) if u is not None])
+        g_norm = tree_reduce.norm([u for u in jax.tree.leaves(updates) if u is not None])
         return jax.tree.map(
             lambda u: None if u is None else (u / g_norm).astype(u.dtype),
             updates,
