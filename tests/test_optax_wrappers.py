@@ -234,7 +234,10 @@ def test_measure_with_ema_schedule() -> None:
     # a1 = 0.5; a2 = 0.25 * 0.5 + 0.75 * 3 = 2.375; debiased by 1 - 0.25**2 (optx's
     # bias correction reads the decay in force).
     np.testing.assert_allclose(float(state.measurements["m"]), 2.375 / (1 - 0.25**2), rtol=EPS32)
-    with pytest.raises(ValueError, match=re.escape("`ema` needs decay in [0, 1].")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("`measure_with_ema` needs decay in [0, 1]. Received: decay=1.5."),
+    ):
         optx.measure_with_ema(optx.tree.norm, 1.5)
 
 

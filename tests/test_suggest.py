@@ -124,9 +124,10 @@ def test_decay_suggests_weight_decay():
 
 
 def test_schedule_function_suggests():
+    # Schedules live at the top level, as in optax; the message names that path.
     raises(
         TypeError,
-        "`optx.schedules.warmup_cosine_decay_schedule` got an unexpected keyword argument "
+        "`optx.warmup_cosine_decay_schedule` got an unexpected keyword argument "
         "'warmup_step'. Received: warmup_step=10. Did you mean 'warmup_steps'? It takes: "
         "init_value, peak_value, warmup_steps, decay_steps, end_value, exponent.",
         optx.schedules.warmup_cosine_decay_schedule,

@@ -74,6 +74,20 @@ REQUIRED: dict[str, Any] = {
     "transforms": {"a": optx.sgd(0.1)},
     "param_labels": "a",
     "measure": optx.tree.norm,
+    "optimizer": optx.sgd(0.1),
+    "adv_optimizer": optx.sgd(0.1),
+    "l2_norm_clip": 1.0,
+    "noise_multiplier": 0.1,
+    "seed": 0,
+    "grads": {"w": np.ones((2, 3), np.float32)},
+    "global_l2_norm_clip": 1.0,
+    "max_linesearch_steps": 5,
+    "max_backtracking_steps": 5,
+    "x": np.ones(3, np.float32),
+    "min_norm": 0.0,
+    "a": {"w": np.ones(3, np.float32)},
+    "b": {"w": np.ones(3, np.float32)},
+    "tree": {"w": np.ones(3, np.float32)},
 }
 
 

@@ -14,6 +14,7 @@ from optx._src import hyperparams as hp
 from optx._src.base import Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.constraints import _axis
 from optx._src.tree import path_name
+from optx._src.tree_reduce import abs_sq
 
 Axis = int | tuple[int, ...] | None
 
@@ -21,10 +22,6 @@ Axis = int | tuple[int, ...] | None
 # and a multi-head one (in, heads, out) reduce over the inputs, a convolution's
 # (spatial..., in, out) over all but the outputs.
 _UNIT_AXES = {2: (0,), 3: (0,), 4: (0, 1, 2), 5: (0, 1, 2, 3)}
-
-
-def _abs_sq(x: jax.Array) -> jax.Array:
-    return jnp.real(x * jnp.conj(x)) if jnp.iscomplexobj(x) else x * x
 
 
 def _unit_axes(api: str, what: str, shape: tuple[int, ...], axis: Axis) -> Axis:
@@ -43,7 +40,7 @@ def _unit_axes(api: str, what: str, shape: tuple[int, ...], axis: Axis) -> Axis:
 
 def _unit_norms(x: jax.Array, axes: Axis) -> jax.Array:
     """The unit norms, with the reduced axes kept (size 1): they broadcast against ``x``."""
-    return jnp.sqrt(jnp.sum(_abs_sq(x), axis=axes, keepdims=True))
+    return jnp.sqrt(jnp.sum(abs_sq(x), axis=axes, keepdims=True))
 
 
 def _clip_factor(g_norm: jax.Array, max_norm: jax.Array, div_eps: ArrayLike) -> jax.Array:
@@ -155,7 +152,7 @@ class AdaptiveGradClip(Transform):
     ) -> tuple[Updates, AdaptiveGradClipState]:
         del extra
         api = f"{self.name}.update"
-        checks.float_updates(api, updates)
+        checks.float_updates(api, updates, complex_ok=True)
         checks.needs_params(api, params)
         checks.same_tree(api, updates, params, "updates", "params")
         clipping, eps = state.hyperparams["clipping"], state.hyperparams["eps"]

@@ -29,7 +29,7 @@ def _block_scale(p: jax.Array, floor: jax.Array, mean: bool) -> jax.Array:
     (for gradients taken through an update).
     """
     p = _wide(p)
-    sq = jnp.sum(p * p)
+    sq = jnp.sum(tree_reduce.abs_sq(p))
     if mean:
         sq = sq / p.size
     positive = sq > 0
@@ -48,7 +48,7 @@ class _ParamBlockScale(Transform):
     ) -> tuple[Updates, Any]:
         del extra
         api = f"{self.name}.update"
-        checks.float_updates(api, updates)
+        checks.float_updates(api, updates, complex_ok=True)
         checks.needs_params(api, params)
         checks.same_tree(api, updates, params, "updates", "params")
         floor = state.hyperparams["min_scale"]
@@ -82,7 +82,7 @@ def scale_by_param_block_rms(min_scale: float = 1e-3) -> ScaleByParamBlockRMS:
     r"""Multiplies each leaf's update by the root mean square of its parameter.
 
     .. math:: u \leftarrow u \cdot \max(\mathrm{rms}(\theta), s), \qquad
-       \mathrm{rms}(\theta) = \sqrt{\mathrm{mean}(\theta^2)}
+       \mathrm{rms}(\theta) = \sqrt{\mathrm{mean}(|\theta|^2)}
 
     Args:
       min_scale: the floor :math:`s \ge 0` of the scale (Keras Adafactor's
@@ -178,7 +178,7 @@ class NormalizeByUpdateNorm(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, NormalizeByUpdateNormState]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del params, extra
         h = state.hyperparams
         # One global norm (squares summed in float32 at least) and one scalar factor.

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from optx._src import checks
 from optx._src.base import safe_increment
 from optx._src.tree_reduce import abs_sq
 
@@ -49,6 +50,7 @@ def safe_norm(
       >>> jax.grad(lambda x: optx.safe_norm(x, 1e-3))(jnp.zeros(2))
       Array([0., 0.], dtype=float32)
     """
+    keepdims = checks.flag("safe_norm", "keepdims", keepdims)
     x = jnp.asarray(x)
     norm = jnp.linalg.norm(x, ord=ord, axis=axis, keepdims=True)
     small = norm <= min_norm

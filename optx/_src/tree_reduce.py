@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from optx._src import placement
+from optx._src import checks, placement
 
 PyTree = Any
 
@@ -63,6 +63,9 @@ def sum(tree: PyTree, associative_reduction: bool = False) -> jax.Array:
       >>> float(optx.tree.sum({"a": jnp.ones(3), "b": 2.0}))
       5.0
     """
+    associative_reduction = checks.flag(
+        "optx.tree.sum", "associative_reduction", associative_reduction
+    )
     parts = [jnp.sum(x) for x in jax.tree.leaves(tree)]
     if associative_reduction:
         while len(parts) > 1:
@@ -161,6 +164,7 @@ def allclose(
       >>> bool(optx.tree.allclose({"a": jnp.ones(2)}, {"a": jnp.ones(2) + 1e-7}))
       True
     """
+    equal_nan = checks.flag("optx.tree.allclose", "equal_nan", equal_nan)
     close = jax.tree.map(
         lambda x, y: jnp.allclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan), a, b
     )

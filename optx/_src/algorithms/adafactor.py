@@ -26,7 +26,7 @@ from optx._src.base import (
 )
 from optx._src.clipping import clip_by_block_rms
 from optx._src.combine import Chain, MaskSpec, chain
-from optx._src.moments import unzip
+from optx._src.moments import abs_sq, real_dtype, unzip
 from optx._src.momentum import ema
 from optx._src.norm_scaling import scale_by_param_block_rms
 from optx._src.options import dtype_options
@@ -142,10 +142,11 @@ class ScaleByFactoredRMS(Transform):
         )
 
     def init(self, params: Params) -> FactoredState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
 
         def leaf(p: jax.Array) -> tuple[jax.Array, ...]:
-            shape, dtype = jnp.shape(p), self.nu_dtype or jnp.result_type(p)
+            # Statistics of |g|**2: real, also for a complex parameter (as optax keeps them).
+            shape, dtype = jnp.shape(p), real_dtype(self.nu_dtype or jnp.result_type(p))
             dims = self._dims(shape)
             if dims is None:
                 return (
@@ -171,7 +172,7 @@ class ScaleByFactoredRMS(Transform):
         api = f"{self.name}.update"
         # The statistics are not shaped like the updates: compare structures, then shapes.
         scalars = (jax.tree.map(_scalar, updates), jax.tree.map(_scalar, state.v))
-        checks.same_tree(api, *scalars, "updates", "the state")
+        checks.same_tree(api, *scalars, "updates", "the state", real_slots=True)
         for path, g, row, col, v in _with_paths(updates, state.v_row, state.v_col, state.v):
             if _slot_shapes(self._dims(g.shape), g.shape) != (row.shape, col.shape, v.shape):
                 raise ValueError(
@@ -187,17 +188,18 @@ class ScaleByFactoredRMS(Transform):
 
         def leaf(g: jax.Array, row: jax.Array, col: jax.Array, v: jax.Array) -> tuple:
             ct = jnp.promote_types(g.dtype, jnp.float32)
+            rt = real_dtype(ct)
             g32 = g.astype(ct)
-            g2 = g32 * g32 + eps
+            g2 = abs_sq(g32) + eps
             dims = self._dims(g.shape)
             if dims is None:
                 new_v = (b * v + c * g2).astype(v.dtype)
-                u = g32 * new_v.astype(ct) ** -0.5
+                u = g32 * new_v.astype(rt) ** -0.5
                 return u.astype(g.dtype), row, col, new_v
             d1, d0 = dims
             new_row = (b * row + c * jnp.mean(g2, axis=d0)).astype(row.dtype)
             new_col = (b * col + c * jnp.mean(g2, axis=d1)).astype(col.dtype)
-            r, k = new_row.astype(ct), new_col.astype(ct)
+            r, k = new_row.astype(rt), new_col.astype(rt)
             # The row statistic's mean over the other factored axis normalises v = r k / mean(r).
             r_mean = jnp.mean(r, axis=d1 - 1 if d1 > d0 else d1, keepdims=True)
             u = g32 * jnp.expand_dims((r / r_mean) ** -0.5, d0) * jnp.expand_dims(k**-0.5, d1)
@@ -223,7 +225,7 @@ def scale_by_factored_rms(
 
     With :math:`\beta_t` = ``decay_rate_fn(t - step_offset, decay_rate)`` (by default
     :math:`1 - (t + 1 - \text{step\_offset})^{-\text{decay\_rate}}`, zero at the first
-    step :math:`t = 0`) and :math:`G = g^2 + \epsilon_1`, a leaf of rank >= 2 whose two
+    step :math:`t = 0`) and :math:`G = |g|^2 + \epsilon_1`, a leaf of rank >= 2 whose two
     factored axes both have at least ``min_dim_size_to_factor`` entries keeps a row and a
     column statistic (means of :math:`G` over one factored axis each):
 

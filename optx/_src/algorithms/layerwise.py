@@ -306,7 +306,7 @@ class FromageStep(ScaleByLearningRate):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, ScaleByLearningRateState]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del extra
         api = f"{self.name}.update"
         checks.needs_params(api, params)

@@ -93,7 +93,7 @@ def _muon_leaf(
     if adaptive:
         # Scaled by the dual norm <m_hat, O> (Bernstein and Newhouse, 2024), over the
         # whole leaf (as optax).
-        out = jnp.sum(m_hat * out) * out
+        out = jnp.sum(jnp.conj(m_hat) * out) * out
     return out.astype(g.dtype), new_m.astype(m.dtype)
 
 
@@ -152,7 +152,8 @@ class ScaleByMuon(Transform):
         option(self.name, "momentum_convention", self.momentum_convention, MOMENTUM_CONVENTIONS)
 
     def init(self, params: Params) -> MuonState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
+        checks.complex_slot(f"{self.name}.init", "mu_dtype", self.mu_dtype, params)
         muon_leaf_dims(f"{self.name}.init", self.weight_dimension_numbers, params)
         coeffs = jnp.asarray(self.ns_coeffs, jnp.float32)
         return MuonState(
@@ -219,12 +220,14 @@ def scale_by_muon(
     m_t)`: transposed so that it is wide, divided by its Frobenius norm plus
     :math:`\epsilon` = ``eps`` (``preconditioning``), then ``ns_steps`` times
 
-    .. math:: X \leftarrow a X + (b A + c A^2) X, \qquad A = X X^\top
+    .. math:: X \leftarrow a X + (b A + c A^2) X, \qquad A = X X^H
 
-    with :math:`(a, b, c)` = ``ns_coeffs``. The result approximates :math:`U V^\top` of
-    :math:`\hat m_t = U \Sigma V^\top` (singular values land in about [0.7, 1.2]): steepest
-    descent under the spectral norm. ``adaptive`` multiplies it by
-    :math:`\langle \hat m_t, u_t \rangle`. The step size by shape is `scale_by_shape`'s.
+    with :math:`(a, b, c)` = ``ns_coeffs`` (:math:`X^H` the conjugate transpose, which is
+    :math:`X^\top` for a real leaf; a complex one is orthogonalised as optax does). The
+    result approximates :math:`U V^H` of :math:`\hat m_t = U \Sigma V^H` (singular values
+    land in about [0.7, 1.2]): steepest descent under the spectral norm. ``adaptive``
+    multiplies it by :math:`\langle \hat m_t, u_t \rangle = \sum \overline{\hat m_t}\, u_t`.
+    The step size by shape is `scale_by_shape`'s.
 
     Every leaf must be a matrix, unless ``weight_dimension_numbers`` says which of its
     axes are the rows and columns (`MuonDimensionNumbers`): several reduction (or output)

@@ -42,7 +42,7 @@ class ScaleByShape(Transform):
     def update(
         self, updates: Updates, state: ScaleByShapeState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, ScaleByShapeState]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del params, extra
         dims = iter(muon_leaf_dims(f"{self.name}.update", self.weight_dimension_numbers, updates))
 

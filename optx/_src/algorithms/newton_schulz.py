@@ -100,14 +100,14 @@ def matrices_only(api: str, tree: Any) -> None:
 
 
 def _newton_schulz_step(x: jax.Array, c: jax.Array) -> jax.Array:
-    # f(X) = a X + (b A + c A^2) X with A = X X^T.
-    a = x @ x.T
+    # f(X) = a X + (b A + c A^2) X with A = X X^H (X X^T for a real X).
+    a = x @ x.conj().T
     return c[0] * x + (c[1] * a + c[2] * a @ a) @ x
 
 
 def _first_step(x: jax.Array, c: jax.Array, preconditioning: str) -> jax.Array:
     """The first step, with AOL's per-row or Schatten-4's global rescaling folded in."""
-    a = x @ x.T
+    a = x @ x.conj().T
     if preconditioning == "aol":
         s = jax.lax.rsqrt(jnp.maximum(jnp.abs(a).sum(axis=-1), _PRECONDITION_FLOOR))[:, None]
         x, a = x * s, a * s * s.T

@@ -13,6 +13,7 @@ from optx._src import hyperparams as hp
 from optx._src.base import Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.combine import Chain, chain
 from optx._src.scaling import scale_by_learning_rate
+from optx._src.tree_reduce import abs_sq
 
 _VARIANTS = ("sps", "sps+")
 # A squared gradient norm at or below float64's machine epsilon counts as zero (as in optax).
@@ -55,7 +56,7 @@ class ScaleByPolyak(Transform):
         params: Params | None = None,
         **extra: Any,
     ) -> tuple[Updates, ScaleByPolyakState]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del params
         value = extra.get("value")
         api = f"{self.name}.update"
@@ -72,10 +73,7 @@ class ScaleByPolyak(Transform):
         h = state.hyperparams
         leaves = jax.tree.leaves(updates)
         sq_norm = sum(
-            (
-                jnp.sum(jnp.square(g.astype(jnp.promote_types(g.dtype, jnp.float32))))
-                for g in leaves
-            ),
+            (jnp.sum(abs_sq(g.astype(jnp.promote_types(g.dtype, jnp.float32)))) for g in leaves),
             jnp.zeros([], jnp.float32),
         )
         gap = jnp.asarray(value, jnp.float32) - h["f_min"]

@@ -42,7 +42,7 @@ class Normalize(Transform):
     def update(
         self, updates: Updates, state: EmptyState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, EmptyState]:
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         del params, extra
         g_norm = tree_reduce.norm([u for u in jax.tree.leaves(updates) if u is not None])
         return jax.tree.map(
@@ -119,7 +119,7 @@ class Sam(Transform):
         super().__post_init__()
 
     def init(self, params: Params) -> SAMState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         # A copy, so that the parameters and the cache can both be donated to a jitted step.
         cache = None
         if not self.opaque_mode:
