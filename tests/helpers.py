@@ -58,6 +58,13 @@ def assert_close(
 EPS32 = float(np.finfo(np.float32).eps)  # 2**-23: one rounding is off by at most EPS32 / 2
 
 
+# Compiler options for the many small programs a registry-wide test compiles and runs a few
+# times: XLA:CPU's LLVM optimisations are most of their compile time and nothing a test of
+# structure, dtypes or shardings looks at. (Not for comparisons with eager op-by-op results:
+# the unoptimised program may sum in another order than the eager reductions.)
+FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
 def roundoff_rtol(steps: int, roundings: int, reduced: int = 0, eps: float = EPS32) -> float:
     """How far two correct runs of the same maths can be apart, relative to a leaf's scale.
 

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import registry
-from helpers import roundoff_rtol
+from helpers import FAST_COMPILE, roundoff_rtol
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -81,7 +81,7 @@ def check_batch(entries: list[Any], mesh: Any, failures: list[str], label: str) 
         return out_p, out_s
 
     try:
-        states = jax.jit(init_all)(params)
+        states = jax.jit(init_all, compiler_options=FAST_COMPILE)(params)
         states = [
             tx.init(params) if skip else s for tx, skip, s in zip(txs, eager, states, strict=True)
         ]
@@ -102,7 +102,7 @@ def check_batch(entries: list[Any], mesh: Any, failures: list[str], label: str) 
                     f"{leaf.sharding}, expected {s}"
                 )
     state_before = [[(x.sharding, x.ndim) for x in jax.tree.leaves(s)] for s in states]
-    step = jax.jit(step_all, donate_argnums=(1,))
+    step = jax.jit(step_all, donate_argnums=(1,), compiler_options=FAST_COMPILE)
     try:
         new_params, new_states = step(params, states, grads)
         new_params, new_states = step(params, new_states, grads)

@@ -23,7 +23,7 @@ import numpy as np
 import optax
 import pytest
 import registry
-from helpers import EPS32
+from helpers import EPS32, FAST_COMPILE
 
 import optx
 
@@ -333,9 +333,8 @@ def _leaves(tree: Any) -> list[tuple[str, Any]]:
 
 
 ACCEPTED = [k for k in ENTRIES if k not in REFUSED]
-# The two batches below are a hundred tiny programs: XLA:CPU's LLVM optimisations are most of
-# their compile time and nothing of their run time (the bounds allow for any contraction).
-FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+# The two batches below are a hundred tiny programs, compiled with FAST_COMPILE (the bounds
+# allow for any contraction and summation order).
 
 
 @functools.cache

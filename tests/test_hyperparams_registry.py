@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import re
 from typing import Any
 
@@ -30,6 +31,7 @@ from optx._src import hyperparams  # which hyperparameter is scheduled
 try:
     from tests import registry
     from tests.test_conformance import (
+        FAST_COMPILE,
         cache_size,
         make_grads,
         make_params,
@@ -39,6 +41,7 @@ try:
 except ImportError:  # tests/ is not a package: pytest put it on sys.path.
     import registry
     from test_conformance import (
+        FAST_COMPILE,
         cache_size,
         make_grads,
         make_params,
@@ -115,7 +118,7 @@ def _steps(entry: registry.Entry, tx: Any, state: Any, step: Any) -> tuple[list[
 def _step_fn(entry: registry.Entry, tx: Any) -> Any:
     extra = entry.extra
 
-    @jax.jit
+    @functools.partial(jax.jit, compiler_options=FAST_COMPILE)
     def step(grads: Any, state: Any, params: Any) -> Any:
         return tx.update(grads, state, params, **extra)
 
@@ -187,7 +190,7 @@ def test_every_hyperparameter_is_a_number_or_a_schedule(entry: registry.Entry) -
     def one(values: dict[str, jax.Array]) -> Any:
         return tx.update(grads, optx.set_hyperparams(const_state, values), params, **entry.extra)
 
-    swept, _ = jax.vmap(one)(batch)
+    swept, _ = jax.jit(jax.vmap(one), compiler_options=FAST_COMPILE)(batch)
     alone, _ = const_step(grads, optx.set_hyperparams(const_state, targets), params)
     jax.tree.map(
         lambda a, b: np.testing.assert_allclose(a[1], b, rtol=RTOL, atol=ATOL, err_msg=entry.key),
