@@ -74,10 +74,6 @@ REFUSED: dict[str, str] = {
     "contrib.simplified_ademamix": COMPLEX,
     "dadapt_adamw": COMPLEX,
     "dadapt_adamw/schedule_decay": COMPLEX,
-    "dog": COMPLEX,
-    "dog/learning_rate_decay": COMPLEX,
-    "dowg": COMPLEX,
-    "dowg/decay": COMPLEX,
     "ema_params": COMPLEX,
     "ema_params/every_k": COMPLEX,
     "ema_params/first_step": COMPLEX,
@@ -305,6 +301,8 @@ OPTAX: dict[str, Callable[[], Any]] = {
     "fromage": lambda: optax.fromage(1e-2),
     "contrib.normalize": optax.contrib.normalize,
     "muon": lambda: optax.contrib.muon(1e-2),
+    "dog": optax.contrib.dog,
+    "dowg": optax.contrib.dowg,
     "contrib.sam": lambda: optax.contrib.sam(
         optax.sgd(1e-2), optax.chain(optax.contrib.normalize(), optax.sgd(0.05))
     ),

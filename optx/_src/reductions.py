@@ -21,8 +21,12 @@ from optx._src.base import Params
 
 
 def scalar_dtype(params: Params) -> Any:
-    """The estimates' dtype: float32, or wider where a parameter is (float64 under x64)."""
-    return jnp.result_type(jnp.float32, *(jnp.result_type(p) for p in jax.tree.leaves(params)))
+    """The estimates' dtype: float32, or wider where a parameter is (float64 under x64).
+
+    Real also for complex parameters (float32 for complex64): norms and distances are real.
+    """
+    dtype = jnp.result_type(jnp.float32, *(jnp.result_type(p) for p in jax.tree.leaves(params)))
+    return jnp.finfo(dtype).dtype if jnp.issubdtype(dtype, jnp.complexfloating) else dtype
 
 
 def total(terms: Any, dtype: Any) -> jax.Array:
@@ -46,13 +50,13 @@ def vdot(x: Any, y: Any, dtype: Any) -> jax.Array:
 
 
 def sq_norm(x: Any, dtype: Any) -> jax.Array:
-    """``||x||^2`` over every leaf, summed in ``dtype``."""
-    return vdot(x, x, dtype)
+    """``||x||^2`` over every leaf, summed in ``dtype`` (real: ``x^H x`` of a complex leaf)."""
+    return jnp.real(vdot(x, x, dtype))
 
 
 def sq_distance(x: Any, y: Any, dtype: Any) -> jax.Array:
     """``||x - y||^2`` over every leaf of two trees of one structure, in ``dtype``."""
-    diff = jax.tree.map(lambda a, b: jnp.asarray(a, dtype) - jnp.asarray(b, dtype), x, y)
+    diff = jax.tree.map(lambda a, b: _wide(a, dtype) - _wide(b, dtype), x, y)
     return sq_norm(diff, dtype)
 
 

@@ -19,7 +19,7 @@ from optx._src.tree_reduce import abs_sq
 PyTree = Any
 
 
-def one_minus_power(complement: ArrayLike, count: ArrayLike) -> jax.Array:
+def complement_power(complement: ArrayLike, count: ArrayLike) -> jax.Array:
     r""":math:`1 - \beta^t` from :math:`c = 1 - \beta`, without cancellation.
 
     As ``-expm1(t * log1p(-c))`` it is exact to a few ulps for every :math:`\beta`, where
@@ -171,5 +171,5 @@ def bias_correction(moment: PyTree, decay: ArrayLike, count: ArrayLike) -> PyTre
     decay = jnp.asarray(decay)
     if not jnp.issubdtype(decay.dtype, jnp.floating):
         decay = decay.astype(jnp.float32)
-    correction = one_minus_power(1 - decay, count)
+    correction = complement_power(1 - decay, count)
     return jax.tree.map(lambda m: m / correction.astype(jnp.result_type(m)), moment)

@@ -83,7 +83,7 @@ class ScaleByDoG(Transform):
         )
 
     def init(self, params: Params) -> DoGState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         dtype = reductions.scalar_dtype(params)
         if self.init_step_type == "learning_rate":
             r0 = jnp.zeros([], dtype)
@@ -221,7 +221,7 @@ class ScaleByDoWG(Transform):
         return frozenset({"init_estim_sq_dist"})  # read at `init` only
 
     def init(self, params: Params) -> DoWGState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         dtype = reductions.scalar_dtype(params)
         first = "eps" if self.init_estim_sq_dist is None else "init_estim_sq_dist"
         return DoWGState(

@@ -29,7 +29,7 @@ from optx._src.hyperparams.declare import (
     specs,
     validate,
 )
-from optx._src.tree_moments import one_minus_power
+from optx._src.tree_moments import complement_power
 
 # --- The stored form ---------------------------------------------------------------------
 
@@ -647,7 +647,7 @@ def bias_correction(stored: HyperParams, name: str, count: jax.Array) -> jax.Arr
     is up to 3e-8 off, which is 3e-3 of ``1 - b`` for ``b = 0.99999``. As
     ``-expm1(t * log1p(-(1 - b)))`` it is exact to a few float32 ulps for every ``b``.
     """
-    return one_minus_power(complement(stored, name), count)
+    return complement_power(complement(stored, name), count)
 
 
 # --- Stores of earlier releases -----------------------------------------------------------

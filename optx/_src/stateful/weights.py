@@ -87,8 +87,8 @@ class WeightsMixin:
         constructor argument accepts (a learning rate finite and >= 0, ``beta_1`` in
         [0, 1), ...); a decay's ``.../residual`` must be what float32 rounded off its value;
         step counts must be integers >= 0. The attributes and `get_config` then show the
-        values loaded. A store of an earlier release (decays kept as ``one_minus_...``) is
-        read too.
+        values loaded. A store of an earlier release (which kept each decay ``b`` as its
+        complement ``1 - b``, under another key) is read too.
 
         Raises:
           ValueError: a key is missing or extra, or a value is not as described above
