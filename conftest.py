@@ -3,6 +3,20 @@
 import os
 import traceback
 
+# The suite compiles thousands of small programs (a few per registry entry, and every eager
+# operation's first call) that then run a few steps on a few dozen numbers: XLA:CPU's LLVM
+# optimisations are most of their compile time and none of what a test checks (every
+# numeric bound is derived for any contraction and summation order). Set before JAX is
+# imported; `OPTX_TEST_FULL_XLA=1` runs the suite at XLA's default optimisation instead.
+if os.environ.get("OPTX_TEST_FULL_XLA") != "1":
+    os.environ["XLA_FLAGS"] = " ".join(
+        [
+            os.environ.get("XLA_FLAGS", ""),
+            "--xla_backend_optimization_level=0",
+            "--xla_llvm_disable_expensive_passes=true",
+        ]
+    ).strip()
+
 import jax
 import pytest
 
