@@ -45,14 +45,14 @@ class AddNoise(Transform):
     key: KeySpec = 0
 
     def init(self, params: Params) -> AddNoiseState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         return AddNoiseState(zero_count(), initial_key_data(self.key), self.init_hyperparams())
 
     def update(
         self, updates: Updates, state: AddNoiseState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, AddNoiseState]:
         del params, extra
-        checks.float_updates(f"{self.name}.update", updates)
+        checks.float_updates(f"{self.name}.update", updates, complex_ok=True)
         h = state.hyperparams
         count = safe_increment(state.count)
         std = jnp.sqrt(h["eta"] / count.astype(jnp.float32) ** h["gamma"])
@@ -62,7 +62,8 @@ class AddNoise(Transform):
         keys = jax.random.split(sample_key, len(leaves))
 
         def noisy(g: jax.Array, k: jax.Array) -> jax.Array:
-            # Drawn in at least float32, so bfloat16 leaves get the float32 run's noise.
+            # Drawn in at least float32, so bfloat16 leaves get the float32 run's noise; a
+            # complex leaf gets complex noise (variance 1/2 in each part), as in optax.
             dtype = jnp.promote_types(g.dtype, jnp.float32)
             noise = jax.random.normal(k, jnp.shape(g), dtype)
             return (g + std * noise).astype(g.dtype)
@@ -86,7 +87,9 @@ def add_noise(
     splits the key in the state into the next key and a sampling key, which is split once
     per leaf (as optax does, so the same key gives optax's noise). Under ``jit`` and eagerly
     the numbers are the same. Noise is drawn in at least float32 and added before the cast
-    back to each update's dtype.
+    back to each update's dtype; a complex leaf gets complex noise
+    (:math:`\mathcal{CN}(0, I)`, variance 1/2 in each of the real and imaginary parts), as
+    in optax.
 
     Args:
       eta: the variance :math:`\eta` at the first step, >= 0.

@@ -20,7 +20,7 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, chain
-from optx._src.moments import adam_scalars, unzip, zeros_like
+from optx._src.moments import abs_sq, adam_scalars, real_dtype, unzip, zeros_like
 from optx._src.options import dtype_options
 from optx._src.scaling import scale_by_learning_rate
 
@@ -52,8 +52,13 @@ class ScaleByNovograd(Transform):
         dtype_options(self, "mu_dtype", "nu_dtype")
 
     def init(self, params: Params) -> ScaleByNovogradState:
-        checks.float_params(f"{self.name}.init", params)
-        nu = jax.tree.map(lambda p: jnp.zeros((), self.nu_dtype or jnp.result_type(p)), params)
+        api = f"{self.name}.init"
+        checks.float_params(api, params, complex_ok=True)
+        checks.complex_slot(api, "mu_dtype", self.mu_dtype, params)
+        # Each leaf's squared norm is real, also for a complex parameter.
+        nu = jax.tree.map(
+            lambda p: jnp.zeros((), real_dtype(self.nu_dtype or jnp.result_type(p))), params
+        )
         return ScaleByNovogradState(
             zero_count(), zeros_like(params, self.mu_dtype), nu, self.init_hyperparams()
         )
@@ -76,10 +81,11 @@ class ScaleByNovograd(Transform):
 
         def leaf(g: jax.Array, m: jax.Array, n: jax.Array, p: jax.Array) -> tuple[jax.Array, ...]:
             g32 = _f32(g)
-            sq = jnp.sum(jnp.square(g32))
+            sq = jnp.sum(abs_sq(g32))
             # The first step starts both moments from the first gradient, not from zero.
             new_n = jnp.where(first, sq, s.b2 * n + s.c2 * sq).astype(n.dtype)
-            step = g32 / (jnp.sqrt(new_n.astype(g32.dtype) + s.eps_root) + s.eps) + wd * p
+            root = jnp.sqrt(new_n.astype(real_dtype(g32.dtype)) + s.eps_root)
+            step = g32 / (root + s.eps) + wd * p
             new_m = jnp.where(first, step, s.b1 * m + step).astype(m.dtype)
             return new_m.astype(g.dtype), new_m, new_n
 
@@ -107,7 +113,8 @@ def scale_by_novograd(
     per leaf (:math:`v` is one scalar per leaf), with :math:`v_1 = \|g_1\|^2` and
     :math:`m_0 = 0`; :math:`\beta_1` = ``b1``, :math:`\beta_2` = ``b2``,
     :math:`\epsilon` = ``eps``, :math:`\bar\epsilon` = ``eps_root``, :math:`\lambda` =
-    ``weight_decay``. The parameters are needed even without weight decay.
+    ``weight_decay``. The parameters are needed even without weight decay. A complex leaf's
+    :math:`\|g\|^2 = \sum |g|^2` is real, as in optax (:math:`v` is kept in the real dtype).
 
     Args:
       b1: decay of the first moment, in [0, 1).
