@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import FAST_COMPILE
 
 import optx
 from optx._src import hyperparams  # which hyperparameter is scheduled
@@ -31,7 +32,6 @@ from optx._src import hyperparams  # which hyperparameter is scheduled
 try:
     from tests import registry
     from tests.test_conformance import (
-        FAST_COMPILE,
         cache_size,
         make_grads,
         make_params,
@@ -41,7 +41,6 @@ try:
 except ImportError:  # tests/ is not a package: pytest put it on sys.path.
     import registry
     from test_conformance import (
-        FAST_COMPILE,
         cache_size,
         make_grads,
         make_params,

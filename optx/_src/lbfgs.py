@@ -246,16 +246,19 @@ def lbfgs(
       TypeError: ``linesearch`` is not a transform.
 
     Example:
-      >>> import jax.numpy as jnp, optx
+      >>> import jax, jax.numpy as jnp, optx
       >>> def f(w): return jnp.sum((w - 1.0) ** 2) + jnp.sum(w**4)
       >>> tx = optx.lbfgs()
-      >>> w = jnp.zeros(3)
-      >>> state = tx.init(w)
       >>> value_and_grad = optx.value_and_grad_from_state(f)
-      >>> for _ in range(10):
+      >>> @jax.jit  # one compiled step: the line search is a loop, slow op by op
+      ... def step(w, state):
       ...     value, grad = value_and_grad(w, state=state)
       ...     updates, state = tx.update(grad, state, w, value=value, grad=grad, value_fn=f)
-      ...     w = optx.apply_updates(w, updates)
+      ...     return optx.apply_updates(w, updates), state
+      >>> w = jnp.zeros(3)
+      >>> state = tx.init(w)
+      >>> for _ in range(10):
+      ...     w, state = step(w, state)
       >>> w.round(5)  # the minimiser: 2 w**3 + w - 1 = 0
       Array([0.58975, 0.58975, 0.58975], dtype=float32)
 
