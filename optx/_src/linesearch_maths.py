@@ -21,14 +21,14 @@ import jax.numpy as jnp
 from optx._src import checks, placement
 from optx._src import hyperparams as hp
 from optx._src.base import OptState, Params, Updates
+from optx._src.moments import real_dtype
 
 
 def scalar_dtype(params: Params) -> Any:
     """The dtype of a line search's scalars: the first leaf's real dtype, at least float32."""
     leaves = jax.tree.leaves(params)
     dtype = jnp.result_type(leaves[0]) if leaves else jnp.float32
-    real = jnp.finfo(dtype).dtype if jnp.issubdtype(dtype, jnp.complexfloating) else dtype
-    return jnp.promote_types(real, jnp.float32)
+    return jnp.promote_types(real_dtype(dtype), jnp.float32)
 
 
 def _wide(x: jax.Array) -> jax.Array:

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from optx._src import hyperparams as hp
 from optx._src import placement
 from optx._src.base import Params
+from optx._src.moments import real_dtype
 
 
 def scalar_dtype(params: Params) -> Any:
@@ -25,8 +26,9 @@ def scalar_dtype(params: Params) -> Any:
 
     Real also for complex parameters (float32 for complex64): norms and distances are real.
     """
-    dtype = jnp.result_type(jnp.float32, *(jnp.result_type(p) for p in jax.tree.leaves(params)))
-    return jnp.finfo(dtype).dtype if jnp.issubdtype(dtype, jnp.complexfloating) else dtype
+    return real_dtype(
+        jnp.result_type(jnp.float32, *(jnp.result_type(p) for p in jax.tree.leaves(params)))
+    )
 
 
 def total(terms: Any, dtype: Any) -> jax.Array:
