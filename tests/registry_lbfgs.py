@@ -29,17 +29,26 @@ FACTORIES_WITH_ARGS = frozenset({"scale_by_backtracking_linesearch", "scale_by_z
 CHAIN = "chain("
 
 
+def _float32(x: jax.Array) -> jax.Array:
+    return x.astype(jnp.complex64 if jnp.iscomplexobj(x) else jnp.float32)
+
+
+def _abs_sq(x: jax.Array) -> jax.Array:
+    return jnp.real(x * jnp.conj(x))  # x * x for a real x
+
+
 def loss(params: optx.Params) -> jax.Array:
-    """A smooth coupled loss of any tree, in float32: ``sum(x**2 / 2 + cos(x) / 10)`` plus a
-    coupling ``0.05 * (sum x)**2``."""
-    leaves = [x.astype(jnp.float32) for x in jax.tree.leaves(params)]
+    """A smooth coupled loss of any tree, in float32: ``sum(|x|**2 / 2 + cos(Re x) / 10)``
+    plus a coupling ``0.05 * |sum x|**2`` (for real leaves ``|x|**2`` is ``x**2``)."""
+    leaves = [_float32(x) for x in jax.tree.leaves(params)]
     total = sum(jnp.sum(x) for x in leaves)
-    return sum(jnp.sum(0.5 * x**2 + 0.1 * jnp.cos(x)) for x in leaves) + 0.05 * total**2
+    terms = (0.5 * _abs_sq(x) + 0.1 * jnp.cos(jnp.real(x)) for x in leaves)
+    return sum(jnp.sum(t) for t in terms) + 0.05 * _abs_sq(total)
 
 
 def concave(params: optx.Params) -> jax.Array:
     """``-|params|**2 / 2``: every direction decreases it, far enough along it."""
-    return -0.5 * sum(jnp.sum(x.astype(jnp.float32) ** 2) for x in jax.tree.leaves(params))
+    return -0.5 * sum(jnp.sum(_abs_sq(_float32(x))) for x in jax.tree.leaves(params))
 
 
 FN = {"value": None, "value_fn": loss}

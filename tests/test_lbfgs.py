@@ -258,6 +258,119 @@ def test_zoom_search_with_sgd_matches_optax() -> None:
     compare(ours, theirs, rtol)
 
 
+# --- Complex parameters ------------------------------------------------------------------------
+# A complex z is the real pair (Re z, Im z): L-BFGS on z, with its real inner products
+# Re<a, b>, is L-BFGS on the pair. As optax asks, the caller passes the conjugate of
+# `jax.grad`'s gradient (the pair's gradient as a complex number, Re g + i Im g) as updates
+# and as ``grad``; `value_and_grad_from_state` returns the gradient as `jax.value_and_grad`
+# does, so the caller conjugates it too.
+
+
+def complex_rosenbrock(z: jax.Array) -> jax.Array:
+    return rosenbrock(jnp.concatenate([jnp.real(z), jnp.imag(z)]))
+
+
+def complex_trajectory(opt: Any, f: Any, z0: Any, steps: int) -> list[tuple]:
+    """Per iteration: parameters, and every number the line search keeps."""
+    value_and_grad = optx.value_and_grad_from_state(f)
+
+    @jax.jit
+    def step(z: Any, state: Any) -> tuple:
+        value, grad = value_and_grad(z, state=state)
+        grad = jnp.conj(grad)
+        updates, state = opt.update(grad, state, z, value=value, grad=grad, value_fn=f)
+        return optx.apply_updates(z, updates), state
+
+    z, state, out = z0, opt.init(z0), []
+    for _ in range(steps):
+        z, state = step(z, state)
+        search = state[-1]
+        out.append((z, search.value, search.learning_rate, *jax.tree.leaves(search.info)))
+    return out
+
+
+def as_pair(z: Any) -> np.ndarray:
+    z = np.asarray(z)
+    return np.concatenate([z.real, z.imag]) if np.iscomplexobj(z) else z
+
+
+COMPLEX_SEARCHES = {
+    "zoom": lambda: optx.scale_by_zoom_linesearch(20, initial_guess_strategy="one"),
+    # store_grad: the gradient at the accepted step comes from the search's own backward pass.
+    "backtracking": lambda: optx.scale_by_backtracking_linesearch(20, store_grad=True),
+}
+
+
+@pytest.mark.parametrize("search", sorted(COMPLEX_SEARCHES))
+def test_complex_parameters_are_the_real_pair(search: str) -> None:
+    iterations = 25
+    with jax.enable_x64(True):
+        w0 = jnp.array([-1.2, 1.0, 0.5, -0.8, 0.3, 0.9])
+        z0 = w0[:3] + 1j * w0[3:]
+        opt = optx.lbfgs(memory_size=5, linesearch=COMPLEX_SEARCHES[search]())
+        ours = complex_trajectory(opt, complex_rosenbrock, z0, iterations)
+        pair = complex_trajectory(opt, rosenbrock, w0, iterations)
+        kappa = hessian_condition(rosenbrock, [w0] + [t[0] for t in pair])
+        start, end = float(rosenbrock(w0)), float(rosenbrock(pair[-1][0]))
+    # The same maths in another order: a complex product and a real part against the pair's
+    # products and sums (the inner products over 2n = 6 terms and the memory of 5), as in
+    # the comparisons with optax above.
+    rtol = roundoff_rtol(iterations, roundings=10, reduced=2 + 2 * 6 + 2 * 5, eps=EPS64) * kappa
+    for k, (a, b) in enumerate(zip(ours, pair, strict=True)):
+        # The same decisions: the same evaluations in every search.
+        assert int(a[3]) == int(b[3]), f"iteration {k}: {a[3]} evaluations, pair {b[3]}"
+        assert_close(
+            f"iteration {k}",
+            [as_pair(a[0]), *map(np.asarray, a[1:3] + a[4:])],
+            [as_pair(b[0]), *map(np.asarray, b[1:3] + b[4:])],
+            rtol=rtol,
+        )
+    assert end < start / 10  # and it descends
+
+
+def test_complex_zoom_lbfgs_matches_optax() -> None:
+    # optax's zoom search and L-BFGS take complex parameters with the same conventions.
+    opt_optax = optax.lbfgs(
+        memory_size=5,
+        linesearch=optax.scale_by_zoom_linesearch(
+            max_linesearch_steps=20,
+            initial_guess_strategy="one",
+            slope_rtol=f32(1e-4),
+            curv_rtol=f32(0.9),
+            approx_dec_rtol=f32(1e-6),
+            stepsize_precision=f32(1e-5),
+        ),
+    )
+    opt = optx.lbfgs(memory_size=5, linesearch=COMPLEX_SEARCHES["zoom"]())
+    with jax.enable_x64(True):
+        z0 = jnp.array([-1.2 - 0.8j, 1.0 + 0.3j, 0.5 + 0.9j])
+        ours = complex_trajectory(opt, complex_rosenbrock, z0, ITERATIONS)
+        theirs = complex_trajectory(opt_optax, complex_rosenbrock, z0, ITERATIONS)
+        w = [as_pair(z0)] + [as_pair(t[0]) for t in theirs]
+        kappa = hessian_condition(rosenbrock, [jnp.asarray(x) for x in w])
+    rtol = roundoff_rtol(ITERATIONS, roundings=10, reduced=2 + 2 * 6 + 2 * 5, eps=EPS64) * kappa
+    pairs = [[(as_pair(t[0]), *t[1:4]) for t in run] for run in (ours, theirs)]
+    compare(*pairs, rtol)
+
+
+def test_backtracking_slope_of_complex_parameters_is_the_derivative() -> None:
+    # The backtracking search's slope is Re<u, g> with g the caller's gradient: for a
+    # complex z along u = -g it is -|g|^2. (optax's Re<u, conj g> is not the derivative
+    # along u for complex parameters: this test fails with it.)
+    def f(z: jax.Array) -> jax.Array:
+        return jnp.sum(jnp.abs(z - (1.0 + 2.0j)) ** 2)
+
+    z = jnp.array([0.5 + 0.5j], jnp.complex64)
+    value, grad = jax.value_and_grad(f)(z)
+    grad = jnp.conj(grad)
+    tx = optx.scale_by_backtracking_linesearch(0, slope_rtol=0.5, max_learning_rate=1.0)
+    _, state = tx.update(-grad, tx.init(z), z, value=value, grad=grad, value_fn=f)
+    # f(z + eta u) - f(z) - eta * c * slope at eta = 1: f at z - 2 (z - z*) is f(z), so
+    # the error is c |g|^2 = 0.5 * 4 |z - z*|^2.
+    expected = 0.5 * float(jnp.sum(jnp.abs(grad) ** 2))
+    np.testing.assert_allclose(float(state.info.decrease_error), expected, rtol=4 * 1.2e-7)
+
+
 # --- Keyword arguments ---------------------------------------------------------------------------
 
 

@@ -105,7 +105,7 @@ class ScaleByLBFGS(Transform):
         object.__setattr__(self, "memory_size", size)
 
     def init(self, params: Params) -> ScaleByLBFGSState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         stacked = jax.tree.map(lambda p: _stacked_zeros(p, self.memory_size), params)
         return ScaleByLBFGSState(
             count=zero_count(),
@@ -122,7 +122,7 @@ class ScaleByLBFGS(Transform):
         del extra
         api = f"{self.name}.update"
         checks.needs_params(api, params)
-        checks.float_params(api, params)
+        checks.float_params(api, params, complex_ok=True)
         checks.same_tree(api, params, state.params, "params", "the state")
         checks.same_tree(api, updates, state.updates, "updates", "the state")
         size, count = self.memory_size, state.count
@@ -228,6 +228,12 @@ def lbfgs(
     the example), and `value_and_grad_from_state` reuses the value and gradient it
     computed at the accepted step. For a deterministic, full-batch objective; it keeps
     :math:`2m + 2` copies of the parameters.
+
+    Complex parameters are optimised as the real pairs :math:`(\operatorname{Re} w,
+    \operatorname{Im} w)`: inner products are :math:`\operatorname{Re}\langle a, b\rangle`.
+    As optax asks, pass the conjugate of `jax.grad`'s gradient as the updates and as
+    ``grad``; `value_and_grad_from_state` returns the gradient as `jax.value_and_grad`
+    does, so conjugate what it returns too.
 
     Args:
       learning_rate: a factor of the step (a number or a schedule); ``None``: the line

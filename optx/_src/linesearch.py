@@ -93,7 +93,7 @@ class ScaleByZoomLinesearch(Transform):
             )
 
     def init(self, params: Params) -> ScaleByZoomLinesearchState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         dtype = lm.scalar_dtype(params)
         inf = jnp.full([], jnp.inf, dtype)
         return ScaleByZoomLinesearchState(
@@ -185,6 +185,10 @@ def scale_by_zoom_linesearch(
     (optax requires them; other unused keyword arguments are ignored where optax raises).
     The state keeps the value and gradient at the accepted step: with
     `value_and_grad_from_state` the next step does not compute them again.
+
+    For complex parameters (as optax's): ``grad`` is the conjugate of `jax.grad`'s, slopes
+    are :math:`\operatorname{Re}\langle u, \nabla f\rangle`, and the state keeps the
+    gradient as `jax.grad` gives it.
 
     Args:
       max_linesearch_steps: the most function evaluations per search (a static int >= 1).

@@ -73,7 +73,7 @@ class ScaleByBacktrackingLinesearch(Transform):
         object.__setattr__(self, "max_backtracking_steps", steps)
 
     def init(self, params: Params) -> ScaleByBacktrackingLinesearchState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         dtype = lm.scalar_dtype(params)
         inf = jnp.full([], jnp.inf, dtype)
         return ScaleByBacktrackingLinesearchState(
@@ -100,7 +100,9 @@ class ScaleByBacktrackingLinesearch(Transform):
         dtype = lm.scalar_dtype(params)
         obj = lm.objective(api, params, value, grad, value_fn, extra, dtype)
         h = lm.settings(state, self.hyperparam_fields(), dtype)
-        slope = jnp.real(lm.inner(updates, jax.tree.map(jnp.conj, obj.grad)))
+        # <u, G> with G the caller's gradient (for complex parameters the conjugate of
+        # `jax.grad`'s): the derivative of the value along u.
+        slope = jnp.real(lm.inner(updates, obj.grad))
         fn = functools.partial(value_fn, **obj.kwargs)
         last = self.max_backtracking_steps
 
@@ -198,6 +200,11 @@ def scale_by_backtracking_linesearch(
     parameters and those other keyword arguments of ``update`` that its signature names.
     Without ``value`` or ``grad``, they are computed from ``value_fn`` at ``params``
     (optax requires them; other unused keyword arguments are ignored where optax raises).
+
+    For complex parameters ``grad`` is the conjugate of `jax.grad`'s (as optax asks) and the
+    slope is :math:`\operatorname{Re}\langle u, \nabla f(w)\rangle`, the derivative of
+    :math:`f` along :math:`u`; optax's is :math:`\operatorname{Re}\langle u,
+    \overline{\nabla f(w)}\rangle`, which is not, where the imaginary parts are nonzero.
 
     Args:
       max_backtracking_steps: the most reductions of the step (a static int >= 0).

@@ -46,6 +46,16 @@ def inner(a: Updates, b: Updates) -> jax.Array:
     return functools.reduce(operator.add, parts, jnp.zeros([], jnp.float32))
 
 
+def conj(tree: Updates) -> Updates:
+    """The complex conjugate of every leaf (a real leaf as it is, with no operation).
+
+    A complex gradient is passed to the searches as the conjugate of `jax.grad`'s, and
+    kept in their states as `jax.grad` gives it (`value_and_grad_from_state` returns it as
+    `jax.value_and_grad` would): the two differ by this conjugation.
+    """
+    return jax.tree.map(jnp.conj, tree)
+
+
 def _sq(x: jax.Array) -> jax.Array:
     x = _wide(x)
     if jnp.iscomplexobj(x):
@@ -82,7 +92,7 @@ def bad_to_inf(error: jax.Array) -> jax.Array:
 def check_trees(api: str, updates: Updates, params: Params) -> None:
     """Refuses parameters that are not floating-point arrays, and updates not shaped like them."""
     checks.needs_params(api, params)
-    checks.float_params(api, params)
+    checks.float_params(api, params, complex_ok=True)
     checks.same_tree(api, updates, params, "updates", "params")
 
 
@@ -116,7 +126,9 @@ def objective(
     """Checks and completes ``update``'s ``value``, ``grad`` and ``value_fn``.
 
     ``value`` and ``grad`` not given (``None``) are computed from ``value_fn`` at
-    ``params``; the gradient is cast to the parameters' dtypes.
+    ``params``; the gradient is cast to the parameters' dtypes. For complex parameters
+    ``grad`` is the caller's: the conjugate of `jax.grad`'s (the direction of steepest
+    ascent, as optax's users pass it), and one computed here is conjugated to match.
     """
     if not callable(value_fn):
         raise TypeError(
@@ -128,7 +140,7 @@ def objective(
     if value is None or grad is None:
         v, g = jax.value_and_grad(value_fn)(params, **kwargs)
         value = v if value is None else value
-        grad = g if grad is None else grad
+        grad = conj(g) if grad is None else grad
     grad = cast_like(grad, params)
     return Objective(jnp.asarray(value).astype(dtype), grad, value_fn, kwargs)
 

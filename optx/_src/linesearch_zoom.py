@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from optx._src.base import Params, Updates
-from optx._src.linesearch_maths import Objective, add_scaled, bad_to_inf, cast_like, inner
+from optx._src.linesearch_maths import Objective, add_scaled, bad_to_inf, cast_like, conj, inner
 
 
 class ZoomSettings(NamedTuple):
@@ -82,7 +82,7 @@ def zoom_start(
         guess=jnp.asarray(guess).astype(dtype),
         stepsize=zero,
         value=v,
-        grad=obj.grad,
+        grad=conj(obj.grad),
         slope=slope,
         value_init=v,
         slope_init=slope,
@@ -102,7 +102,7 @@ def zoom_start(
         value_cubic_ref=v,
         safe_stepsize=zero,
         safe_value=v,
-        safe_grad=obj.grad,
+        safe_grad=conj(obj.grad),
     )
 
 
@@ -112,7 +112,7 @@ def _on_line(
     """Value, gradient and slope of the function at ``params + stepsize * updates``."""
     point = add_scaled(s.params, stepsize, s.updates)
     value, grad = jax.value_and_grad(obj.fn)(point, **obj.kwargs)
-    slope = jnp.real(inner(jax.tree.map(jnp.conj, grad), s.updates))
+    slope = jnp.real(inner(conj(grad), s.updates))
     return value, grad, slope
 
 
