@@ -55,8 +55,6 @@ REFUSED: dict[str, str] = {
     "constrain": COMPLEX,
     "constrain/mask": COMPLEX,
     "constrain/regex": COMPLEX,
-    "contrib.galore": COMPLEX,
-    "contrib.scale_by_galore": COMPLEX,
     "dadapt_adamw": COMPLEX,
     "dadapt_adamw/schedule_decay": COMPLEX,
     "flatten": COMPLEX,

@@ -414,3 +414,131 @@ def test_a_real_ema_dtype_is_refused_for_complex_params() -> None:
         ),
     ):
         tx.init({"z": jnp.zeros(2, jnp.complex64)})
+
+
+# --- GaLore: a complex SVD, P^H g projected and P u back --------------------------------------
+# With one projector (update_proj_gap > T) and a linear base optimizer (a trace), each step
+# is u_t = -lr s m_t P P^H for the kernel (m_t = g_t + b m_{t-1} at full size; the kernel is
+# 2 x 3, so P holds right singular vectors), which depends on the projector P P^H alone, not
+# on the phase of each singular vector. optx computes the SVD in complex64 (as optax, in
+# float32): by Wedin's theorem its projector is off by at most ||E|| / gap, with ||E|| the
+# SVD's backward error p * EPS32 * ||G_0|| (LAPACK Users' Guide, section 4.9; p = 64 for a
+# 2 x 3 matrix, with the cast to complex64 and the columns' orthogonality error), and gap
+# the distance from the kept singular values to the others. The hyperparameters: lr 1,
+# b 1 plus its lag 9, scale 0.5 exact: K = 16, on m_abs = |g| + b m_abs.
+GALORE_LR, GALORE_B, GALORE_SCALE, GALORE_RANK, SVD_P = 0.1, 0.9, 0.5, 1, 64
+
+
+def _galore() -> Any:
+    return optx.contrib.galore(
+        GALORE_LR,
+        rank=GALORE_RANK,
+        update_proj_gap=1000,
+        scale=GALORE_SCALE,
+        base_optimizer=optx.trace(GALORE_B),
+    )
+
+
+def numpy_galore(params: Any, grads: Any) -> tuple[Any, Any]:
+    """Returns the final parameters and each leaf's bound on optx's distance from them."""
+    g0 = grads["dense"]["kernel"][0]
+    sv = np.linalg.svd(g0, compute_uv=False)
+    vh = np.linalg.svd(g0)[2]
+    v = vh[:GALORE_RANK].conj().T
+    projector = v @ v.conj().T
+    angle = SVD_P * EPS32 * np.linalg.norm(g0) / (sv[GALORE_RANK - 1] - sv[GALORE_RANK])
+
+    def leaf(p: np.ndarray, gs: np.ndarray, projected: bool) -> tuple[np.ndarray, float]:
+        m = m_abs = 0.0
+        bound = 0.0
+        for g in gs:
+            m, m_abs = g + GALORE_B * m, np.abs(g) + GALORE_B * m_abs
+            if projected:
+                p = p - GALORE_LR * GALORE_SCALE * (m @ projector)
+                size = GALORE_LR * GALORE_SCALE * np.linalg.norm(m_abs)
+                bound += (16 * EPS32 / 2 + angle) * size
+            else:
+                p = p - GALORE_LR * m
+                bound += 16 * EPS32 / 2 * GALORE_LR * float(np.max(m_abs))
+        return p, bound + T * ROUNDINGS64 * EPS64 * float(np.max(np.abs(p)))
+
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    out = [
+        leaf(p, g, optx.tree.path_name(path) == "dense/kernel")
+        for (path, p), g in zip(flat, jax.tree.leaves(grads), strict=True)
+    ]
+    treedef = jax.tree.structure(params)
+    return (
+        jax.tree.unflatten(treedef, [x[0] for x in out]),
+        jax.tree.unflatten(treedef, [x[1] for x in out]),
+    )
+
+
+def test_galore_matches_the_numpy_complex_rule() -> None:
+    params, grads = _data(False)
+    expected, bounds = numpy_galore(params, grads)
+    ours = _optx_run(_galore(), params, grads)
+    for (path, a), (_, b), (_, bound) in zip(
+        _leaves(ours), _leaves(expected), _leaves(bounds), strict=True
+    ):
+        assert a.dtype == b.dtype, path
+        assert np.max(np.abs(a - b)) <= bound, (path, np.max(np.abs(a - b)), bound)
+    # The projection matters: without it (P P^H = I) the kernel is far outside the bound.
+    kernel, m = params["dense"]["kernel"], 0.0
+    for g in grads["dense"]["kernel"]:
+        m = g + GALORE_B * m
+        kernel = kernel - GALORE_LR * GALORE_SCALE * m
+    assert np.max(np.abs(kernel - expected["dense"]["kernel"])) > 100 * bounds["dense"]["kernel"]
+
+
+def test_galore_zero_imaginary_part_gives_the_real_rule() -> None:
+    # Both runs are within the bound of the NumPy loop (the real SVD and the complex SVD of
+    # the same real matrix each have the backward error above): twice the bound apart.
+    params, grads = _data(False, imag=False)
+    _, bounds = numpy_galore(_real(params), _real(grads))
+    complex_run = _optx_run(_galore(), params, grads)
+    real_run = _optx_run(_galore(), _real(params), _real(grads))
+    for (path, a), (_, b), (_, bound) in zip(
+        _leaves(complex_run), _leaves(real_run), _leaves(bounds), strict=True
+    ):
+        assert np.max(np.abs(a.imag)) <= 2 * bound, path
+        assert np.max(np.abs(a.real - b)) <= 2 * bound, path
+
+
+def test_galore_with_adam_does_not_see_the_singular_vectors_phase() -> None:
+    # Each column of P is a singular vector up to a phase. Adam is elementwise with a real
+    # second moment |R|^2, so P e^{i theta} turns R = g P, and Adam's step, by e^{i theta},
+    # which the way back u P^H takes out: the same run. (With P^T for P^H, the way back
+    # would turn it once more, by e^{2 i theta}.) Both runs start after the first step's
+    # refresh (count 1, no refresh within T steps) from the projector given here; they
+    # differ by float64 round-off, which Adam (its steps at most 7.3 lr per element for
+    # b1 = 0.9, b2 = 0.999, tests/TOLERANCES.md) passes on at its relative size: ROUNDINGS64
+    # per step of the parameters' and of the steps' scales.
+    tx = optx.chain(optx.contrib.scale_by_galore(rank=1, update_proj_gap=1000), optx.scale(-0.01))
+    params, grads = _data(False)
+    v = np.linalg.svd(grads["dense"]["kernel"][0])[2][:1].conj().T
+
+    def run(projector: np.ndarray) -> np.ndarray:
+        with jax.enable_x64(True):
+
+            @jax.jit
+            def go(params: Any, grads: Any, projector: Any) -> Any:
+                galore, rest = tx.init(params)
+                kernels = {**galore.projector, "dense": {**galore.projector["dense"]}}
+                kernels["dense"]["kernel"] = projector
+                state = (galore._replace(count=jnp.ones((), jnp.int32), projector=kernels), rest)
+
+                def step(carry: tuple, g: Any) -> tuple:
+                    p, s = carry
+                    u, s = tx.update(g, s, p)
+                    return (optx.apply_updates(p, u), s), None
+
+                return jax.lax.scan(step, (params, state), grads)[0][0]
+
+            return np.asarray(go(params, grads, projector)["dense"]["kernel"])
+
+    a, b = run(v), run(v * np.exp(0.7j))
+    bound = T * ROUNDINGS64 * EPS64 * (np.max(np.abs(a)) + T * 0.01 * 7.3)
+    assert np.max(np.abs(a - b)) <= bound
+    # Not vacuous: the run moves the kernel far more than the bound.
+    assert np.max(np.abs(a - params["dense"]["kernel"])) > 1e6 * bound
