@@ -62,7 +62,9 @@ class EmaParams(Transform):
         object.__setattr__(self, "every_k", k)
 
     def init(self, params: Params) -> EmaParamsState:
-        checks.float_params(f"{self.name}.init", params)
+        api = f"{self.name}.init"
+        checks.float_params(api, params, complex_ok=True)
+        checks.complex_slot(api, "ema_dtype", self.ema_dtype, params)
         # A copy, never the parameters' own buffers: a step that donates both the
         # parameters and the state would otherwise donate one buffer twice.
         ema = jax.tree.map(
@@ -120,7 +122,8 @@ def ema_params(
 
     The updates pass unchanged, except every ``overwrite_frequency``-th step, when they are
     replaced by :math:`\bar\theta - \theta` so that the parameters become the average
-    (to float round-off). Read the average with `ema_params_value`.
+    (to float round-off). Read the average with `ema_params_value`. A complex parameter's
+    average is complex (the momentum real), so its ``ema_dtype`` must be complex.
 
     Args:
       momentum: :math:`\mu \in [0, 1]` (a dynamic hyperparameter, ``"momentum"``);

@@ -94,7 +94,8 @@ class KahanSummation(Transform):
         return placement.zeros_like(p, self.residual_dtype)
 
     def init(self, params: Params) -> KahanSummationState:
-        checks.float_params(f"{self.name}.init", params)
+        # Complex parameters pass: no 16-bit complex dtype exists, so they pass unchanged.
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         return KahanSummationState(jax.tree.map(self._residual, params))
 
     def update(
@@ -146,7 +147,8 @@ def kahan_summation(residual_dtype: DTypeLike | None = None) -> KahanSummation:
     the residual's precision. (When :math:`p'` and :math:`p` are more than a factor 2 apart
     :math:`p' - p` may not fit the dtype; :math:`r` then keeps whatever the step missed.)
 
-    Parameters of other dtypes (float32, float64) pass through unchanged, with no state.
+    Parameters of other dtypes (float32, float64, and complex64 and complex128, whose parts
+    are 32 or 64 bits) pass through unchanged, with no state.
     A parameter changed outside the optimizer keeps its residual, which is at most half
     the dtype's spacing at the old value.
 

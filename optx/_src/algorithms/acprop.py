@@ -19,7 +19,7 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, MaskSpec, chain
-from optx._src.moments import adam_scalars, unzip
+from optx._src.moments import adam_scalars, real_zeros_like, unzip
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
 
@@ -36,9 +36,11 @@ class ScaleByAcprop(Transform):
     eps_root: ScalarOrSchedule = hp.field(1e-16, hp.NONNEG)
 
     def init(self, params: Params) -> ScaleByBeliefState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         zeros = jax.tree.map(placement.zeros_like, params)
-        return ScaleByBeliefState(zero_count(), zeros, zeros, self.init_hyperparams())
+        return ScaleByBeliefState(
+            zero_count(), zeros, real_zeros_like(params, None), self.init_hyperparams()
+        )
 
     def update(
         self,
@@ -84,7 +86,9 @@ def scale_by_acprop(
     and :math:`\bar\epsilon` = ``eps_root``; at the first step the corrected belief is 1
     (:math:`u_1 = g_1 / (1 + \epsilon)`). The numerator is the raw gradient and the
     denominator knows only past gradients (the "asynchronous" update), and the belief
-    compares the gradient with the mean before it. The state is `ScaleByBeliefState`
+    compares the gradient with the mean before it. For complex parameters
+    :math:`(g_t - m_{t-1})^2` is :math:`|g_t - m_{t-1}|^2`: the belief is real (in the real
+    dtype), the mean and the update complex. The state is `ScaleByBeliefState`
     (``mu`` is :math:`m`, ``nu`` is :math:`s`), as in optax.
 
     Args:

@@ -12,7 +12,7 @@ from optx._src import checks
 from optx._src import hyperparams as hp
 from optx._src.base import Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.combine import Chain, MaskSpec, chain
-from optx._src.moments import decay_pair, unzip, zeros_like
+from optx._src.moments import abs_sq, decay_pair, real_zeros_like, unzip
 from optx._src.options import dtype_options
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
@@ -41,10 +41,10 @@ class ScaleByAdaDelta(Transform):
         dtype_options(self, "accumulator_dtype")
 
     def init(self, params: Params) -> ScaleByAdaDeltaState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         return ScaleByAdaDeltaState(
-            zeros_like(params, self.accumulator_dtype),
-            zeros_like(params, self.accumulator_dtype),
+            real_zeros_like(params, self.accumulator_dtype),
+            real_zeros_like(params, self.accumulator_dtype),
             self.init_hyperparams(),
         )
 
@@ -56,14 +56,16 @@ class ScaleByAdaDelta(Transform):
         **extra: Any,
     ) -> tuple[Updates, ScaleByAdaDeltaState]:
         del params, extra
-        checks.same_tree(f"{self.name}.update", updates, state.e_g, "updates", "the state")
+        checks.same_tree(
+            f"{self.name}.update", updates, state.e_g, "updates", "the state", real_slots=True
+        )
         h = state.hyperparams
         (r, c), eps = decay_pair(h, "rho"), h["eps"]
 
         def leaf(g: jax.Array, eg: jax.Array, ex: jax.Array) -> tuple[jax.Array, ...]:
-            new_eg = c * jnp.square(g) + r * eg
+            new_eg = c * abs_sq(g) + r * eg
             u = (jnp.sqrt(ex + eps) / jnp.sqrt(new_eg + eps)) * g
-            new_ex = c * jnp.square(u) + r * ex
+            new_ex = c * abs_sq(u) + r * ex
             return u.astype(g.dtype), new_eg.astype(eg.dtype), new_ex.astype(ex.dtype)
 
         u, e_g, e_x = unzip(jax.tree.map(leaf, updates, state.e_g, state.e_x), updates, 3)
@@ -82,11 +84,14 @@ def scale_by_adadelta(
 
     with :math:`\rho` = ``rho`` and :math:`\epsilon` = ``eps``; both averages start at 0.
     The output points along the gradient: negate it (a learning rate) to descend.
+    For complex parameters the squares are :math:`|g_t|^2` and :math:`|u_t|^2`: both
+    averages are real (in the real dtype of ``accumulator_dtype``), the update complex.
 
     Args:
       rho: :math:`\rho`, the decay of both moving averages, in [0, 1).
       eps: :math:`\epsilon \ge 0`.
-      accumulator_dtype: dtype of both averages; ``None`` uses each parameter's dtype.
+      accumulator_dtype: dtype of both averages; ``None`` uses each parameter's dtype (its
+        real dtype, for a complex parameter; a complex option keeps its real dtype).
 
     Returns:
       The transform. ``rho`` and ``eps`` are dynamic hyperparameters.
@@ -142,7 +147,8 @@ def adadelta(
       weight_decay: :math:`\lambda \ge 0`.
       weight_decay_mask: which parameters to decay (see `add_decayed_weights`); ``None``
         decays all.
-      accumulator_dtype: dtype of both averages; ``None`` uses each parameter's dtype.
+      accumulator_dtype: dtype of both averages; ``None`` uses each parameter's dtype (its
+        real dtype, for a complex parameter; a complex option keeps its real dtype).
 
     Returns:
       ``chain(add_decayed_weights(weight_decay, weight_decay_mask),

@@ -266,9 +266,13 @@ class ScaleBySimplifiedAdemamix(Transform):
     eps_root: ScalarOrSchedule = hp.field(0.0, hp.NONNEG)
 
     def init(self, params: Params) -> ScaleBySimplifiedAdEMAMixState:
-        checks.float_params(f"{self.name}.init", params)
-        zeros = zeros_like(params, None)
-        return ScaleBySimplifiedAdEMAMixState(zero_count(), zeros, zeros, self.init_hyperparams())
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
+        return ScaleBySimplifiedAdEMAMixState(
+            zero_count(),
+            zeros_like(params, None),
+            real_zeros_like(params, None),
+            self.init_hyperparams(),
+        )
 
     def update(
         self,
@@ -315,6 +319,8 @@ def scale_by_simplified_ademamix(
     up to :math:`1/(1-\beta_1)` times the gradient's: scale the learning rate down
     accordingly. With :math:`\alpha = 0` this is Adam without the first moment's
     correction, its learning rate multiplied by :math:`1/(1-\beta_1)`.
+    For complex parameters :math:`g_t^2` is :math:`|g_t|^2`: :math:`\nu` is real (in the
+    real dtype), :math:`m` and the update are complex.
 
     Args:
       b1: decay of the momentum, in [0, 1).

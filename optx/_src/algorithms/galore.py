@@ -192,7 +192,7 @@ class ScaleByGalore(Transform):
         return out
 
     def init(self, params: Params) -> GaLoreState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         leaves, treedef = jax.tree.flatten(params, is_leaf=is_none)
         projectors, proxies = [], []
         for p, view in zip(leaves, self._views(params), strict=True):
@@ -218,7 +218,7 @@ class ScaleByGalore(Transform):
         if params is not None:
             # The parameters' shapes, which the state does not keep.
             checks.same_tree(api, updates, params, "updates", "params")
-        checks.float_updates(api, updates)
+        checks.float_updates(api, updates, complex_ok=True)
         leaves, treedef = jax.tree.flatten(updates, is_leaf=is_none)
         if treedef != jax.tree.structure(state.projector, is_leaf=is_none):
             checks.same_tree(api, updates, state.projector, "updates", "the state")
@@ -252,13 +252,15 @@ class ScaleByGalore(Transform):
 
             def fresh(g2: jax.Array = g2, r: int = r, left: bool = left) -> jax.Array:
                 # The leading singular vectors, computed in float32 (as optax, also for
-                # float64 gradients: any orthonormal basis of the leading subspace serves).
-                u, _, vh = jnp.linalg.svd(g2.astype(jnp.float32), full_matrices=False)
-                return (u[:, :r] if left else vh[:r, :].T).astype(g2.dtype)
+                # float64 gradients: any orthonormal basis of the leading subspace serves);
+                # complex64 for complex gradients. The right ones are the columns of vh^H.
+                single = jnp.complex64 if jnp.iscomplexobj(g2) else jnp.float32
+                u, _, vh = jnp.linalg.svd(g2.astype(single), full_matrices=False)
+                return (u[:, :r] if left else jnp.conj(vh[:r, :]).T).astype(g2.dtype)
 
             p = jax.lax.cond(refresh, fresh, lambda old=old: old)
             projectors.append(p)
-            low.append(p.T @ g2 if left else g2 @ p)
+            low.append(jnp.conj(p).T @ g2 if left else g2 @ p)
         base = self.base_optimizer
         low_u, base_state = call_update(
             base,
@@ -276,7 +278,7 @@ class ScaleByGalore(Transform):
                 out.append(u)
                 continue
             perm, _, _, left = view
-            full = _from_matrix(p @ u if left else u @ p.T, perm, g.shape)
+            full = _from_matrix(p @ u if left else u @ jnp.conj(p).T, perm, g.shape)
             out.append((scale * full).astype(g.dtype))
         new_state = GaLoreState(
             safe_increment(state.count),
@@ -306,7 +308,12 @@ def scale_by_galore(
        R_t = P^\top G_t, \qquad u_t = s\, P\, \rho(R_t)
 
     with :math:`\rho` the base optimizer (its state is :math:`r \times n` instead of
-    :math:`m \times n`) and :math:`s` = ``scale``. Other parameters go through the base
+    :math:`m \times n`) and :math:`s` = ``scale``. For complex parameters the singular
+    vectors are complex and :math:`P^\top` is the conjugate transpose :math:`P^H`, so
+    :math:`P P^H` projects onto the gradient's leading subspace; the base optimizer sees
+    complex projections (each column of :math:`P` is fixed only up to a phase, which an
+    elementwise base optimizer such as Adam, whose second moment is :math:`|R|^2`, does not
+    see). Other parameters go through the base
     optimizer at full size, without :math:`s`. The base optimizer is called without the
     parameters: use gradient-only transforms (``scale_by_adam``, ``scale_by_lion``, ...) and
     `galore`'s ``weight_decay`` for decay.

@@ -19,7 +19,7 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, chain
-from optx._src.moments import decay_pair, unzip, zeros_like
+from optx._src.moments import abs_sq, decay_pair, real_zeros_like, unzip, zeros_like
 from optx._src.weight_decay import add_decayed_weights
 
 
@@ -52,11 +52,16 @@ class ScaleByMadgrad(Transform):
     eps: ScalarOrSchedule = hp.field(1e-6, hp.NONNEG)
 
     def init(self, params: Params) -> MadgradState:
-        checks.float_params(f"{self.name}.init", params)
-        zeros = zeros_like(params, None)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         # A copy, so that the parameters and x0 can both be donated to a jitted step.
         x0 = jax.tree.map(lambda p: jnp.array(p, jnp.result_type(p)), params)
-        return MadgradState(zero_count(), zeros, zeros, x0, self.init_hyperparams())
+        return MadgradState(
+            zero_count(),
+            real_zeros_like(params, None),
+            zeros_like(params, None),
+            x0,
+            self.init_hyperparams(),
+        )
 
     def update(
         self, updates: Updates, state: MadgradState, params: Params | None = None, **extra: Any
@@ -75,7 +80,7 @@ class ScaleByMadgrad(Transform):
         lamb = (h["learning_rate"] + eps) * jnp.sqrt(k + 1)
 
         def leaf(g: Any, p: Any, big_g: Any, s: Any, x0: Any) -> tuple[Any, ...]:
-            new_big_g = big_g + (lamb * jnp.square(g)).astype(big_g.dtype)
+            new_big_g = big_g + (lamb * abs_sq(g)).astype(big_g.dtype)
             new_s = s + (lamb * g).astype(s.dtype)
             z = x0 - new_s / (jnp.cbrt(new_big_g) + eps)
             # x_{k+1} = (1 - momentum) z + momentum x_k, returned as x_{k+1} - x_k.
@@ -106,7 +111,9 @@ def scale_by_madgrad(
 
     and the update is :math:`x_{k+1} - x_k`. The learning rate is inside the step (this
     transform returns the change of the parameters: put nothing that rescales after it).
-    :math:`x_0` is the parameters given to ``init``, kept in the state.
+    :math:`x_0` is the parameters given to ``init``, kept in the state. For complex
+    parameters :math:`g_k^2` is :math:`|g_k|^2`: :math:`G` is real (in the real dtype) and
+    :math:`s`, :math:`z` and the update are complex.
 
     Args:
       learning_rate: :math:`\eta \ge 0`, a number or a schedule.

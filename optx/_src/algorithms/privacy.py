@@ -22,9 +22,11 @@ from optx._src.base import (
 )
 from optx._src.combine import Chain, chain
 from optx._src.keys import KeySpec, initial_key_data, key_spec, wrap_key
+from optx._src.moments import real_dtype
 from optx._src.momentum import Trace
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.tree import is_none, path_name
+from optx._src.tree_reduce import abs_sq
 
 
 class DifferentiallyPrivateAggregateState(NamedTuple):
@@ -51,6 +53,19 @@ def _batch_size(api: str, leaves_with_paths: list[tuple[Any, Any]]) -> int:
     return int(next(iter(sizes)))
 
 
+def _standard_normal(key: jax.Array, shape: tuple[int, ...], dtype: Any) -> jax.Array:
+    """Standard normal noise; for a complex dtype, each of the real and imaginary parts.
+
+    A complex leaf is a point of R^{2n} to the privacy analysis: the clip bounds its L2
+    sensitivity there, so both parts need the full standard deviation (JAX's complex normal
+    gives each part variance 1/2, which would halve the noise's variance).
+    """
+    if not jnp.issubdtype(dtype, jnp.complexfloating):
+        return jax.random.normal(key, shape, dtype)
+    parts = jax.random.normal(key, (2, *shape), real_dtype(dtype))
+    return jax.lax.complex(parts[0], parts[1])
+
+
 @transform
 class DifferentiallyPrivateAggregate(Transform):
     """See `differentially_private_aggregate`."""
@@ -75,7 +90,7 @@ class DifferentiallyPrivateAggregate(Transform):
     ) -> tuple[Updates, DifferentiallyPrivateAggregateState]:
         del params, extra
         api = f"{self.name}.update"
-        checks.float_updates(api, updates)
+        checks.float_updates(api, updates, complex_ok=True)
         flat, treedef = jax.tree_util.tree_flatten_with_path(updates, is_leaf=is_none)
         present = [(p, g) for p, g in flat if g is not None]
         if not present:  # nothing to aggregate: no key is drawn
@@ -85,7 +100,7 @@ class DifferentiallyPrivateAggregate(Transform):
         h = state.hyperparams
         clip = h["l2_norm_clip"]
         # Each example's global norm over all leaves, then one factor per example.
-        sq = [jnp.sum(jnp.square(g), axis=tuple(range(1, g.ndim))) for g in grads]
+        sq = [jnp.sum(abs_sq(g), axis=tuple(range(1, g.ndim))) for g in grads]
         norms = jnp.sqrt(functools.reduce(operator.add, sq))
         # 0 / 0 (a zero gradient and a zero bound) keeps the example: nan -> 1.
         factors = jnp.nan_to_num(jnp.minimum(clip / norms, 1.0), nan=1.0)
@@ -94,7 +109,7 @@ class DifferentiallyPrivateAggregate(Transform):
 
         def noisy(g: jax.Array, k: jax.Array) -> jax.Array:
             total = jnp.tensordot(factors.astype(g.dtype), g, axes=1)
-            noise = jax.random.normal(k, total.shape, g.dtype)
+            noise = _standard_normal(k, total.shape, g.dtype)
             return ((total + std * noise) / bsize).astype(g.dtype)
 
         noised = iter([noisy(g, k) for g, k in zip(grads, keys, strict=True)])
@@ -120,7 +135,11 @@ def differentially_private_aggregate(
        u = \frac{1}{B}\Bigl(\sum_{i=1}^B g_i \min\Bigl(1, \frac{C}{\lVert g_i \rVert}
        \Bigr) + \sigma C\,\xi\Bigr), \qquad \xi \sim \mathcal N(0, I)
 
-    where :math:`\lVert g_i \rVert` is example :math:`i`'s norm over all leaves. The
+    where :math:`\lVert g_i \rVert` is example :math:`i`'s norm over all leaves (of the
+    moduli :math:`|g|` for complex leaves). A complex leaf is a point of
+    :math:`\mathbb R^{2n}` to the privacy guarantee, whose L2 sensitivity there is still
+    :math:`C`: its real and imaginary parts each get noise of standard deviation
+    :math:`\sigma C` (not :math:`\sigma C / \sqrt 2`, as a complex normal would). The
     updates come out without the batch axis; ``None`` leaves pass through. The noise is a
     deterministic function of the key: each update splits the key in the state into the
     next key and one key per leaf, as optax does, so the same seed gives optax's noise.
@@ -176,7 +195,8 @@ def dpsgd(
     with :math:`u` of `differentially_private_aggregate` (clipped per-example gradients,
     noised and averaged), :math:`\eta` = ``learning_rate`` and :math:`\mu` = ``momentum``
     (no trace when ``None``). ``update`` takes per-example gradients (a leading batch axis
-    on every leaf).
+    on every leaf). Complex parameters are clipped by the norm of the moduli and noised in
+    each real and imaginary part (see `differentially_private_aggregate`).
 
     Args:
       learning_rate: :math:`\eta`, a non-negative number or a schedule.

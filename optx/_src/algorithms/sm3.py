@@ -12,7 +12,7 @@ from optx._src import checks, placement
 from optx._src import hyperparams as hp
 from optx._src.base import Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.combine import Chain, chain
-from optx._src.moments import adam_scalars, unzip, zeros_like
+from optx._src.moments import abs_sq, adam_scalars, real_dtype, unzip, zeros_like
 from optx._src.scaling import scale_by_learning_rate
 
 
@@ -30,14 +30,17 @@ class ScaleBySM3State(NamedTuple):
 
 
 def _cover(p: Any) -> list[jax.Array]:
-    """Zero accumulators of the row/column cover of ``p``: one vector per axis."""
-    ndim = jnp.ndim(p)
+    """Zero accumulators of the row/column cover of ``p``: one vector per axis.
+
+    In ``p``'s real dtype: they hold ``|g|**2``.
+    """
+    ndim, dtype = jnp.ndim(p), real_dtype(jnp.result_type(p))
     if ndim < 2:
         # A vector's (or scalar's) cover is its elements: one accumulator each.
-        return [placement.zeros_like(p)]
+        return [placement.zeros_like(p, dtype)]
     # Each on the sharding of the axis it covers.
     return [
-        placement.zeros_without_axes(p, tuple(j for j in range(ndim) if j != i))
+        placement.zeros_without_axes(p, tuple(j for j in range(ndim) if j != i), dtype)
         for i in range(ndim)
     ]
 
@@ -58,7 +61,7 @@ class ScaleBySM3(Transform):
     eps: ScalarOrSchedule = hp.field(1e-8, hp.NONNEG)
 
     def init(self, params: Params) -> ScaleBySM3State:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         return ScaleBySM3State(
             jax.tree.map(_cover, params), zeros_like(params, None), self.init_hyperparams()
         )
@@ -75,15 +78,15 @@ class ScaleBySM3(Transform):
 
         def leaf(g: jax.Array, mu: list[jax.Array], nu: jax.Array) -> tuple[Any, ...]:
             dtype = jnp.promote_types(g.dtype, jnp.float32)
-            g32 = g.astype(dtype)
+            g32, acc_dtype = g.astype(dtype), real_dtype(dtype)
             if g.ndim < 2:
-                previous = mu[0].astype(dtype)
+                previous = mu[0].astype(acc_dtype)
             else:
                 previous = functools.reduce(
                     jnp.minimum,
-                    [_broadcastable(v.astype(dtype), i, g.ndim) for i, v in enumerate(mu)],
+                    [_broadcastable(v.astype(acc_dtype), i, g.ndim) for i, v in enumerate(mu)],
                 )
-            acc = c2 * jnp.square(g32) + b2 * previous
+            acc = c2 * abs_sq(g32) + b2 * previous
             # 0/0 = 0: an element that never had a gradient does not move.
             scaled = g32 * jnp.where(acc > 0, jax.lax.rsqrt(acc + eps), 0.0)
             new_nu = c1 * scaled + b1 * nu.astype(dtype)
@@ -118,7 +121,9 @@ def scale_by_sm3(b1: float = 0.9, b2: float = 1.0, eps: float = 1e-8) -> ScaleBy
     :math:`\epsilon` = ``eps``. A vector or a scalar parameter keeps one accumulator per
     element (:math:`\mu_t = \nu_t`), which is Adagrad with momentum. Memory: the sum of the
     axis lengths per matrix, instead of their product. The arithmetic runs in at least
-    float32; accumulators are kept in each parameter's dtype.
+    float32; accumulators are kept in each parameter's dtype. For complex parameters
+    :math:`g_t(i)^2` is :math:`|g_t(i)|^2`: the accumulators are real (in the real dtype),
+    the momentum and the update complex.
 
     Args:
       b1: decay of the momentum of the rescaled updates, in [0, 1).
