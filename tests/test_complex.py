@@ -74,8 +74,6 @@ REFUSED: dict[str, str] = {
     "momo/adaptive": COMPLEX,
     "momo_adam": COMPLEX,
     "momo_adam/adaptive": COMPLEX,
-    "monitored": COMPLEX,
-    "monitored/schedule_skips": COMPLEX,
     "muon/mask": _slot("mu_dtype"),
     "nadam/torch_schedule_f32": _slot("mu_dtype"),
     "named_chain": COMPLEX,

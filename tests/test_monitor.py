@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import EPS32
 
 import optx
 
@@ -209,17 +210,20 @@ def test_errors() -> None:
     two = optx.chain(optx.monitored(optx.clip(1.0)), optx.monitored(optx.sgd(0.1)))
     with pytest.raises(ValueError, match=re.escape("Received: a state holding 2.")):
         optx.monitor_metrics(two.init(make_params()))
-    # A complex gradient is refused by the monitor itself, before its norms would cast it.
-    tx = optx.monitored(optx.sgd(0.1))
-    params = {"w": jnp.ones(2, jnp.float32)}
-    state = tx.init(params)
+
+
+def test_complex_parameters_have_the_norms_of_their_moduli() -> None:
+    tx = optx.monitored(optx.sgd(0.5))
+    params = {"w": jnp.array([3.0 + 4.0j, 0.0], jnp.complex64), "b": jnp.array([1.0], jnp.float32)}
+    grads = {"w": jnp.array([1.0j, 2.0 - 2.0j], jnp.complex64), "b": jnp.array([2.0], jnp.float32)}
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no ComplexWarning from a cast first
-        with pytest.raises(
-            TypeError,
-            match=re.escape(
-                "`monitored.update` needs real updates: it does not support complex values. "
-                "Received: updates['w'] of dtype complex64."
-            ),
-        ):
-            tx.update({"w": jnp.ones(2, jnp.complex64)}, state, params)
+        warnings.simplefilter("error")  # no ComplexWarning from a cast to real
+        updates, state = tx.update(grads, tx.init(params), params)
+    metrics = optx.monitor_metrics(state)
+    # |g|^2 = 1 + 8 + 4, |p|^2 = 25 + 1, the updates are -0.5 g.
+    np.testing.assert_allclose(float(metrics["grad_norm"]), np.sqrt(13.0), rtol=2 * EPS32)
+    np.testing.assert_allclose(float(metrics["update_norm"]), 0.5 * np.sqrt(13.0), rtol=2 * EPS32)
+    np.testing.assert_allclose(
+        float(metrics["update_ratio"]), 0.5 * np.sqrt(13.0 / 26.0), rtol=4 * EPS32
+    )
+    assert updates["w"].dtype == jnp.complex64

@@ -71,8 +71,7 @@ class Monitored(Transform):
     def update(
         self, updates: Updates, state: MonitoredState, params: Params | None = None, **extra: Any
     ) -> tuple[Updates, MonitoredState]:
-        # Before the norms: they would cast a complex gradient to real, with a warning.
-        checks.float_updates("monitored.update", updates)
+        checks.float_updates("monitored.update", updates, complex_ok=True)
         old_inner = state.inner_state
         grad_norm = _norm(updates)
         param_norm = _norm(params) if params is not None else jnp.zeros([], _F32)
@@ -101,8 +100,12 @@ class Monitored(Transform):
 
 
 def _norm(tree: Any) -> jax.Array:
-    """The global L2 norm in float32, whatever the leaves' dtypes (one reduction)."""
-    return tree_reduce.norm(jax.tree.map(lambda x: jnp.asarray(x, _F32), tree)).astype(_F32)
+    """The global L2 norm in float32, whatever the leaves' dtypes (moduli of complex ones)."""
+    return tree_reduce.norm(jax.tree.map(_single, tree)).astype(_F32)
+
+
+def _single(x: Any) -> jax.Array:
+    return jnp.asarray(x, jnp.complex64 if jnp.iscomplexobj(x) else _F32)
 
 
 def _add_saturating(count: jax.Array, n: jax.Array) -> jax.Array:
