@@ -57,8 +57,6 @@ REFUSED: dict[str, str] = {
     "constrain/regex": COMPLEX,
     "dadapt_adamw": COMPLEX,
     "dadapt_adamw/schedule_decay": COMPLEX,
-    "flatten": COMPLEX,
-    "flatten/clip_adamw_ema": COMPLEX,
     "ftrl": COMPLEX,
     "ftrl/regularised": COMPLEX,
     "ftrl/schedule": COMPLEX,

@@ -699,3 +699,33 @@ def test_sharded_leaves_keep_their_buffers_and_results_match() -> None:
         assert len(traced.buffers) == 3
         """
     )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: optx.adamw(1e-2),
+        lambda: optx.chain(optx.clip_by_global_norm(1.0), optx.adam(1e-2), optx.ema_params(0.9)),
+    ],
+    ids=["adamw", "clip_adam_ema"],
+)
+def test_complex_leaves_flatten_beside_real_ones(make) -> None:
+    # A complex buffer beside the real one: the same numbers as per leaf (the global norm
+    # of the clip sums |g|^2 over both), compared as real and imaginary parts.
+    rng = np.random.RandomState(0)
+
+    def tree(scale):
+        z = scale * (rng.standard_normal((2, 3)) + 1j * rng.standard_normal((2, 3)))
+        return {"z": jnp.asarray(z, jnp.complex64), "b": jnp.asarray(rng.standard_normal(3))}
+
+    params, grads = tree(1.0), [tree(2.0) for _ in range(3)]
+    tx, flat_tx = make(), optx.flatten(make())
+    p, fp, s, fs = params, params, tx.init(params), flat_tx.init(params)
+    for g in grads:
+        u, s = tx.update(g, s, p)
+        fu, fs = flat_tx.update(g, fs, fp)
+        assert fu["z"].dtype == jnp.complex64 and fu["b"].dtype == jnp.float32
+        parts = [jax.tree.map(f, t) for t in (fu, u) for f in (jnp.real, jnp.imag)]
+        check_close("real", parts[0], parts[2])
+        check_close("imag", parts[1], parts[3])
+        p, fp = optx.apply_updates(p, u), optx.apply_updates(fp, fu)

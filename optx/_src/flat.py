@@ -126,7 +126,7 @@ class Flatten(Transform):
     def init(self, params: Params) -> FlattenState:
         if isinstance(params, FlatTree):
             return FlattenState(hp.packed(self.inner.init(params)), params.layout)
-        checks.float_params("flatten.init", params)
+        checks.float_params("flatten.init", params, complex_ok=True)
         layout = make_layout(params, "flatten.init", self.max_concat_size)
         flat = FlatTree(layout.flatten(params, "flatten.init", "params", "params"), layout)
         return FlattenState(hp.packed(_placed_like(self.inner.init(flat), flat)), layout)
@@ -206,7 +206,8 @@ def flatten(
       elements are concatenated per dtype (larger leaves keep buffers of their own, in their
       own shapes: concatenating them would cost more than passing them), ``inner`` runs on
       the buffers, and its updates are split back into the tree (in each parameter's
-      dtype); or
+      dtype; complex leaves have buffers of their own, so an inner transform that takes
+      complex parameters takes them here too); or
     - `FlatTree` s, e.g. gradients with respect to flat parameters held between steps (see
       `flatten_tree`): they pass straight through, and the updates come out flat.
 
