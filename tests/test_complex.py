@@ -109,8 +109,6 @@ REFUSED: dict[str, str] = {
     "signum/f32_accumulator": _slot("accumulator_dtype"),
     "sophia": COMPLEX,
     "sophia/interval": COMPLEX,
-    "stochastic_rounding": COMPLEX,
-    "stochastic_rounding/typed_key": COMPLEX,
     "trace/f32_accumulator": _slot("accumulator_dtype"),
 }
 
@@ -514,3 +512,19 @@ def test_adam_converges_to_the_least_squares_solution() -> None:
         exact = _descend(tx, a, b, steps, jnp.complex128)
     assert np.linalg.norm(exact - z) <= threshold / 4
     assert np.linalg.norm(got - z) <= threshold
+
+
+@pytest.mark.parametrize(
+    "make",
+    [optx.kahan_summation, lambda: optx.stochastic_rounding(key=0)],
+    ids=["kahan", "stochastic"],
+)
+def test_complex_parameters_pass_the_low_precision_rounding_unchanged(make: Any) -> None:
+    # No 16-bit complex dtype exists: complex leaves pass as 32-bit ones do, the bfloat16
+    # leaf beside them is rounded.
+    params = {"z": jnp.ones(3, jnp.complex64), "w": jnp.ones(3, jnp.bfloat16)}
+    updates = {"z": jnp.full(3, 1e-3 + 2e-3j, jnp.complex64), "w": jnp.full(3, 1e-3, jnp.bfloat16)}
+    tx = make()
+    out, _ = tx.update(updates, tx.init(params), params)
+    np.testing.assert_array_equal(np.asarray(out["z"]), np.asarray(updates["z"]))
+    assert out["z"].dtype == jnp.complex64 and out["w"].dtype == jnp.bfloat16

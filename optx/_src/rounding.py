@@ -238,7 +238,8 @@ class StochasticRounding(Transform):
     key: KeySpec = 0
 
     def init(self, params: Params) -> StochasticRoundingState:
-        checks.float_params(f"{self.name}.init", params)
+        # Complex parameters pass unchanged, as 32-bit ones: no 16-bit complex dtype exists.
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         return StochasticRoundingState(initial_key_data(self.key))
 
     def update(
