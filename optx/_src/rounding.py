@@ -7,8 +7,8 @@ The two transforms here go last in a chain and return updates ``u'`` in the para
 dtype such that ``apply_updates(p, u')`` lands on a better-rounded target: the nearest
 value to ``p + u`` plus the rounding error carried from earlier steps (`kahan_summation`),
 or ``p + u`` rounded up or down at random with the probabilities that make it exact on
-average (`stochastic_rounding`). Parameters of 32 bits or more pass through unchanged and
-cost no state.
+average (`stochastic_rounding`). Parameters of 32 bits or more (complex ones too: there is
+no 16-bit complex dtype) pass through unchanged and cost no state.
 """
 
 from __future__ import annotations
