@@ -11,7 +11,7 @@ from optx._src import checks, placement
 from optx._src import hyperparams as hp
 from optx._src.base import Params, ScalarOrSchedule, Transform, Updates, transform
 from optx._src.combine import Chain, MaskSpec, chain
-from optx._src.moments import unzip
+from optx._src.moments import real_full_like, real_zeros_like, unzip
 from optx._src.scaling import scale_by_learning_rate
 from optx._src.weight_decay import add_decayed_weights
 
@@ -22,9 +22,9 @@ class COCOBState(NamedTuple):
     Attributes:
       init_particles: the parameters at ``init`` (:math:`\theta_0`).
       cumulative_gradients: :math:`-\sum g` so far.
-      scale: :math:`L`, the largest :math:`|g|` so far (at least ``eps``).
-      subgradients: :math:`G`, the sum of :math:`|g|` so far.
-      reward: :math:`R`, the reward of the bets so far.
+      scale: :math:`L`, the largest :math:`|g|` so far (at least ``eps``; real).
+      subgradients: :math:`G`, the sum of :math:`|g|` so far (real).
+      reward: :math:`R`, the reward of the bets so far (real).
       hyperparams: the dynamic hyperparameters.
     """
 
@@ -49,15 +49,16 @@ class ScaleByCocob(Transform):
         return frozenset({"eps"})  # the initial scale, read at `init`
 
     def init(self, params: Params) -> COCOBState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         eps = self.initial("eps")
-        zeros = jax.tree.map(placement.zeros_like, params)
+        # L, G and R are real (a complex coordinate is a coin in the plane); C is complex.
+        real_zeros = real_zeros_like(params, None)
         return COCOBState(
             jax.tree.map(lambda p: jnp.array(p, jnp.result_type(p)), params),
-            zeros,
-            jax.tree.map(lambda p: placement.full_like(p, eps), params),
-            zeros,
-            zeros,
+            jax.tree.map(placement.zeros_like, params),
+            real_full_like(params, eps, None),
+            real_zeros,
+            real_zeros,
             self.init_hyperparams(),
         )
 
@@ -67,14 +68,15 @@ class ScaleByCocob(Transform):
         del extra
         api = f"{self.name}.update"
         checks.needs_params(api, params)
-        checks.same_tree(api, updates, state.scale, "updates", "the state")
-        checks.same_tree(api, params, state.scale, "params", "the state")
+        checks.same_tree(api, updates, state.cumulative_gradients, "updates", "the state")
+        checks.same_tree(api, params, state.cumulative_gradients, "params", "the state")
         alpha = state.hyperparams["alpha"]
 
         def leaf(g: Any, p: Any, p0: Any, c: Any, lg: Any, sg: Any, r: Any) -> tuple[Any, ...]:
             lg = jnp.maximum(lg, jnp.abs(g)).astype(lg.dtype)
             sg = (sg + jnp.abs(g)).astype(sg.dtype)
-            r = jnp.maximum(r - g * (p - p0), 0).astype(r.dtype)
+            # The bet's reward Re(conj(g) (p - p0)): g (p - p0) for a real coordinate.
+            r = jnp.maximum(r - jnp.real(jnp.conj(g) * (p - p0)), 0).astype(r.dtype)
             c = (c - g).astype(c.dtype)
             bet = c / (lg * jnp.maximum(sg + lg, alpha * lg)) * (lg + r)
             # The new parameter is p0 + bet: the update is its distance from p.
@@ -108,7 +110,9 @@ def scale_by_cocob(alpha: float = 100.0, eps: float = 1e-8) -> ScaleByCocob:
 
     with :math:`L_0` = ``eps``, :math:`\alpha` = ``alpha`` and the other sums starting at 0.
     Its updates are the parameter changes (descent included): nothing that rescales them
-    should follow it.
+    should follow it. A complex coordinate is a coin in the plane: :math:`L, G, R` are real
+    (moduli :math:`|g_t|`, and the reward's :math:`\operatorname{Re}(\bar g_t(\theta_{t-1} -
+    \theta_0))`), while :math:`C_t` and the bet are complex.
 
     Args:
       alpha: :math:`\alpha > 0`, bounds the fraction bet early on.

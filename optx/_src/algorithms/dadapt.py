@@ -17,7 +17,7 @@ from optx._src.base import (
     transform,
     zero_count,
 )
-from optx._src.moments import adam_scalars, unzip
+from optx._src.moments import abs_sq, adam_scalars, real_zeros_like, unzip
 
 
 class DAdaptAdamWState(NamedTuple):
@@ -25,7 +25,8 @@ class DAdaptAdamWState(NamedTuple):
 
     Attributes:
       exp_avg: first moment of the scaled gradients :math:`\gamma_t g`.
-      exp_avg_sq: second moment of the gradients.
+      exp_avg_sq: second moment of the gradients (real: :math:`|g|^2` for a complex
+        parameter).
       grad_sum: the decayed sum :math:`s` of past scaled gradients.
       estim_lr: the estimate :math:`d` of the distance to a solution (float32, or float64
         where a parameter is float64).
@@ -66,12 +67,12 @@ class DAdaptAdamW(Transform):
         return frozenset({"estim_lr0"})
 
     def init(self, params: Params) -> DAdaptAdamWState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         zeros = jax.tree.map(placement.zeros_like, params)
         dtype = reductions.scalar_dtype(params)
         return DAdaptAdamWState(
             zeros,
-            zeros,
+            real_zeros_like(params, None),
             zeros,
             jnp.asarray(self.initial("estim_lr0"), dtype),
             jnp.zeros([], dtype),
@@ -100,15 +101,17 @@ class DAdaptAdamW(Transform):
         bc2 = reductions.bias_correction(h, "b2", s.count, dtype)
         bc = jnp.sqrt(bc2) / reductions.bias_correction(h, "b1", s.count, dtype)
         dlr = (d * h["learning_rate"] * bc).astype(dtype)
-        # <g, s / (sqrt(v) + eps)> with the previous s and v: one reduction over all leaves.
+        # Re<g, s / (sqrt(v) + eps)> with the previous s and v: one reduction over all leaves
+        # (the real part of a complex parameter's inner product).
         weighted = jax.tree.map(
             lambda sk, v: sk / (jnp.sqrt(v) + eps), state.grad_sum, state.exp_avg_sq
         )
-        numerator = reductions.vdot(updates, weighted, dtype)
+        numerator = jnp.real(reductions.vdot(updates, weighted, dtype))
 
         def moments(g: jax.Array, m: jax.Array, v: jax.Array, sk: jax.Array) -> tuple[Any, ...]:
             new_m = s.b1 * m + s.c1 * dlr * g
-            new_v = s.b2 * v + s.c2 * g * g
+            # |g|^2, real; a real leaf keeps its rounding order.
+            new_v = s.b2 * v + (s.c2 * abs_sq(g) if jnp.iscomplexobj(g) else s.c2 * g * g)
             new_s = sb2 * sk + c3 * dlr * g
             return new_m.astype(m.dtype), new_v.astype(v.dtype), new_s.astype(sk.dtype)
 
@@ -153,7 +156,10 @@ def dadapt_adamw(
     with :math:`(\beta_1, \beta_2)` = ``betas``, :math:`\eta_t` = ``learning_rate`` (a
     multiplier of the estimate), :math:`\epsilon` = ``eps`` and :math:`\lambda` =
     ``weight_decay``. The learning rate takes part in the estimate, so the transform applies
-    it itself: its updates are the parameter changes.
+    it itself: its updates are the parameter changes. For complex parameters :math:`d_t` and
+    :math:`r_t` stay real: :math:`v_t` holds :math:`|g_t|^2` (a real slot), the inner
+    product is its real part and :math:`\lVert s_t\rVert_1` sums moduli; :math:`m_t`,
+    :math:`s_t` and the updates are complex.
 
     Where optax differs: while every gradient so far is zero, :math:`\lVert s_t\rVert_1 = 0`
     and optax's estimate is :math:`0/0`, NaN from then on; here the estimate is kept.

@@ -50,7 +50,10 @@ class ScaleByDistanceOverGradients(Transform):
         return frozenset({"reps_rel"})  # read at `init` only
 
     def init(self, params: Params) -> ScaleByDistanceOverGradientsState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
+        # The copy of a complex parameter needs a complex dtype (a real one would drop its
+        # imaginary part), as the other slot dtype options.
+        checks.complex_slot(f"{self.name}.init", "param_dtype", self.param_dtype, params)
         reps = self.initial("reps_rel")
 
         def start(p: jax.Array) -> jax.Array:
@@ -111,14 +114,17 @@ def scale_by_distance_over_gradients(
     (1e-6, or 1e-4 for models with batch normalisation), :math:`\epsilon` = ``eps`` and
     :math:`c` = ``global_scale`` (use -1 for descent, or follow with a negative scale).
     The state keeps a copy of the initial parameters in ``param_dtype`` and two scalars
-    per array. Unlike optax's, which keeps each sum of squares with shape ``(1,)``, the
-    scalars here have shape ``()``, so a scalar parameter's update keeps its shape ``()``.
+    per array. Complex parameters train with a complex ``param_dtype`` (``jnp.complex64``,
+    or ``None``; the default float32 copy would drop their imaginary parts and is refused):
+    the distances and norms are of moduli, so :math:`\bar r_t` and :math:`G_t` stay real.
+    Unlike optax's, which keeps each sum of squares with shape ``(1,)``, the scalars here
+    have shape ``()``, so a scalar parameter's update keeps its shape ``()``.
 
     Args:
       reps_rel: :math:`\rho > 0` (read at ``init``).
       eps: :math:`\epsilon \ge 0`, added to :math:`G_t`.
       param_dtype: dtype of the copy of the initial parameters (``None``: each
-        parameter's own).
+        parameter's own); complex for complex parameters.
       global_scale: :math:`c`, any finite number.
 
     Returns:
@@ -127,7 +133,8 @@ def scale_by_distance_over_gradients(
 
     Raises:
       ValueError: an argument is out of range.
-      TypeError: ``param_dtype`` is not a floating dtype.
+      TypeError: ``param_dtype`` is not a floating dtype; at ``init``, it is real and a
+        parameter is complex.
 
     Example:
       >>> import jax.numpy as jnp, optx

@@ -68,7 +68,7 @@ class Mechanize(Transform):
         super().__post_init__()
 
     def init(self, params: Params) -> MechanicState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         dtype = reductions.scalar_dtype(params)
         zeros = jnp.zeros([self.num_betas], dtype)
         return MechanicState(
@@ -110,7 +110,8 @@ class Mechanize(Transform):
         decayed = jax.tree.map(lambda g, p: g + decay * p, updates, params)
         # The step so far, per unit of scale: (x0 - x) / sum(s).
         delta_prev = jax.tree.map(lambda x, p0: (p0 - x) / (s_sum + eps), params, x0)
-        hh = reductions.vdot(decayed, delta_prev, dtype)
+        # Real: the real part of a complex parameter's inner product.
+        hh = jnp.real(reductions.vdot(decayed, delta_prev, dtype))
         clipped = jnp.clip(hh, -state.m, state.m)
         betas = jnp.asarray(1 - 0.1 ** np.arange(1, self.num_betas + 1, dtype=np.float64), dtype)
         m = jnp.maximum(betas * state.m, jnp.abs(hh) + eps)
@@ -158,6 +159,9 @@ def mechanize(
     :math:`s_0` = ``s_init`` (also the initial :math:`s_{0,i}`), :math:`\lambda` =
     ``weight_decay`` and :math:`\epsilon` = ``eps``. Keep the wrapped optimizer's learning
     rate (or schedule) at a base value such as 1: Mechanic learns the factor :math:`S_t`.
+    For complex parameters (with a wrapped optimizer that takes them) :math:`h_t` is the
+    real part :math:`\operatorname{Re}\langle\cdot,\cdot\rangle` of the inner product and
+    the norms are of moduli, so :math:`r, m, v, s` stay real; the updates are complex.
 
     Where optax differs: optax returns :math:`x_t - x_{t-1}` as the difference of two
     parameter-sized values, which loses the digits of a small update to a large parameter

@@ -19,7 +19,7 @@ from optx._src.base import (
     transform,
     zero_count,
 )
-from optx._src.moments import adam_scalars, unzip
+from optx._src.moments import abs_sq, adam_scalars, real_zeros_like, unzip
 from optx._src.options import flag_options
 
 # A squared norm at or below float64's machine epsilon counts as zero (as in optax).
@@ -118,7 +118,7 @@ class Momo(Transform):
         flag_options(self, "adapt_lower_bound")
 
     def init(self, params: Params) -> MomoState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         dtype = reductions.scalar_dtype(params)
         zero = jnp.zeros([], dtype)
         lb = jnp.asarray(self.initial("lower_bound"), dtype)
@@ -147,9 +147,11 @@ class Momo(Transform):
         c = jnp.where(first, 1.0, hp.complement(h, "beta"))
         barf = b * state.barf + c * value
         exp_avg = jax.tree.map(lambda m, g: (b * m + c * g).astype(m.dtype), state.exp_avg, updates)
-        gamma = b * state.gamma + c * reductions.vdot(updates, params, dtype)
+        # Real parts of the inner products (the first-order model of a real loss of complex
+        # parameters); the identity for real ones.
+        gamma = b * state.gamma + c * jnp.real(reductions.vdot(updates, params, dtype))
         norm = reductions.sq_norm(exp_avg, dtype)
-        iprod = reductions.vdot(exp_avg, params, dtype)
+        iprod = jnp.real(reductions.vdot(exp_avg, params, dtype))
         # The scalars in the estimates' dtype: float64 parameters get float64 step sizes.
         lr = h["learning_rate"].astype(dtype)
         tau, lb = _polyak(self, state, lr, barf, gamma, iprod, norm, 1.0)
@@ -185,7 +187,11 @@ def momo(
     :math:`\lambda` = ``weight_decay``; :math:`\tau_t = 0` where
     :math:`\lVert d_t\rVert^2 \le 2^{-52}`. ``adapt_lower_bound`` replaces :math:`f^\star`
     by an estimate updated at each step (at least ``lower_bound``; see the paper). Its
-    updates are the parameter changes (the learning rate is applied inside).
+    updates are the parameter changes (the learning rate is applied inside). For complex
+    parameters the inner products are their real parts :math:`\operatorname{Re}\langle
+    \cdot,\cdot\rangle` (the first-order model of a real loss) and
+    :math:`\lVert d_t\rVert^2` sums :math:`|d_t|^2`, so :math:`\bar f, \gamma, \tau` stay
+    real; :math:`d_t` and the updates are complex.
 
     Args:
       learning_rate: :math:`\eta \ge 0`, the largest step size (rather large: 1 by
@@ -245,12 +251,21 @@ class MomoAdam(Transform):
         flag_options(self, "adapt_lower_bound")
 
     def init(self, params: Params) -> MomoAdamState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         dtype = reductions.scalar_dtype(params)
         zero = jnp.zeros([], dtype)
         zeros = jax.tree.map(placement.zeros_like, params)
         lb = jnp.asarray(self.initial("lower_bound"), dtype)
-        return MomoAdamState(zeros, zeros, zero, zero, lb, zero_count(), self.init_hyperparams())
+        # The second moment |g|^2 is real, also for complex parameters.
+        return MomoAdamState(
+            zeros,
+            real_zeros_like(params, None),
+            zero,
+            zero,
+            lb,
+            zero_count(),
+            self.init_hyperparams(),
+        )
 
     def update(
         self, updates: Updates, state: MomoAdamState, params: Params | None = None, **extra: Any
@@ -267,7 +282,8 @@ class MomoAdam(Transform):
 
         def moments(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
             new_m = s.b1 * m + s.c1 * g
-            new_v = s.b2 * v + s.c2 * g * g
+            # |g|^2, real; a real leaf keeps its rounding order.
+            new_v = s.b2 * v + (s.c2 * abs_sq(g) if jnp.iscomplexobj(g) else s.c2 * g * g)
             return new_m.astype(m.dtype), new_v.astype(v.dtype)
 
         exp_avg, exp_avg_sq = unzip(
@@ -276,9 +292,10 @@ class MomoAdam(Transform):
         bc2 = reductions.bias_correction(h, "b2", s.count, dtype)
         precond = jax.tree.map(lambda v: s.eps + jnp.sqrt(v / bc2), exp_avg_sq)
         weighted = jax.tree.map(lambda m, q: m / q, exp_avg, precond)
-        norm = reductions.vdot(exp_avg, weighted, dtype)
-        gamma = s.b1 * state.gamma + s.c1 * reductions.vdot(updates, params, dtype)
-        iprod = reductions.vdot(exp_avg, params, dtype)
+        # Real parts of the inner products, as in `momo`.
+        norm = jnp.real(reductions.vdot(exp_avg, weighted, dtype))
+        gamma = s.b1 * state.gamma + s.c1 * jnp.real(reductions.vdot(updates, params, dtype))
+        iprod = jnp.real(reductions.vdot(exp_avg, params, dtype))
         # The scalars in the estimates' dtype: float64 parameters get float64 step sizes.
         lr = h["learning_rate"].astype(dtype)
         bc1 = reductions.bias_correction(h, "b1", s.count, dtype)
@@ -317,7 +334,9 @@ def momo_adam(
     with :math:`\eta_t` = ``learning_rate``, :math:`f^\star` = ``lower_bound``,
     :math:`\lambda` = ``weight_decay``, :math:`\epsilon` = ``eps``; :math:`\tau_t = 0`
     where the denominator is at most :math:`2^{-52}`. ``adapt_lower_bound`` estimates
-    :math:`f^\star` on the fly (at least ``lower_bound``).
+    :math:`f^\star` on the fly (at least ``lower_bound``). For complex parameters
+    :math:`v_t` holds :math:`|g_t|^2` (a real slot) and the inner products are their real
+    parts, so the step size stays real; :math:`m_t` and the updates are complex.
 
     Where optax differs: optax computes :math:`1 - \beta_2^t` in float32 for float32
     parameters, off by up to 1e-5 relative at the first steps (the cancellation of

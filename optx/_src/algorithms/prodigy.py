@@ -18,7 +18,7 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, MaskSpec, chain, freeze_mask, resolve_mask
-from optx._src.moments import adam_scalars, unzip
+from optx._src.moments import abs_sq, adam_scalars, real_zeros_like, unzip
 from optx._src.options import flag_options
 
 
@@ -28,7 +28,8 @@ class ProdigyState(NamedTuple):
     Attributes:
       count: the step count (int32, saturating).
       exp_avg: first moment of the scaled gradients :math:`d\,g`.
-      exp_avg_sq: second moment of the scaled gradients.
+      exp_avg_sq: second moment of the scaled gradients (real: :math:`|d\,g|^2` for a complex
+        parameter).
       grad_sum: the weighted sum :math:`s` of past scaled gradients.
       params0: the parameters at ``init``.
       estim_lr: the current estimate :math:`d` of the distance to the solution (float32, or
@@ -78,13 +79,13 @@ class ScaleByProdigy(Transform):
         return super().__repr__().replace(pair, f"betas={(self.b1, self.b2)!r}")
 
     def init(self, params: Params) -> ProdigyState:
-        checks.float_params(f"{self.name}.init", params)
+        checks.float_params(f"{self.name}.init", params, complex_ok=True)
         zeros = jax.tree.map(placement.zeros_like, params)
         dtype = reductions.scalar_dtype(params)
         return ProdigyState(
             zero_count(),
             zeros,
-            zeros,
+            real_zeros_like(params, None),
             zeros,
             jax.tree.map(jnp.asarray, params),
             jnp.asarray(self.initial("estim_lr0"), dtype),
@@ -111,16 +112,17 @@ class ScaleByProdigy(Transform):
         # Adam's bias corrections, folded into the step size as in Keras's Adam.
         bc = jnp.sqrt(s.bias_correction("b2")) / s.bias_correction("b1")
         dlr = d * lr * bc
-        # <g, x0 - x>: one reduction over every leaf, accumulated in the estimate's dtype
-        # (float32, or float64 for float64 parameters).
+        # Re<g, x0 - x>: one reduction over every leaf, accumulated in the estimate's dtype
+        # (float32, or float64 for float64 parameters; complex64 and complex128 for complex
+        # ones, whose real part is kept).
         dtype = d.dtype
 
         def wide(x: jax.Array) -> jax.Array:
-            return jnp.asarray(x, dtype)
+            return jnp.asarray(x, jnp.promote_types(x.dtype, dtype))
 
         numerator = reductions.total(
             (
-                placement.vdot(wide(g), wide(p0) - wide(p))
+                jnp.real(placement.vdot(wide(g), wide(p0) - wide(p)))
                 for g, p, p0 in zip(
                     jax.tree.leaves(updates),
                     jax.tree.leaves(params),
@@ -135,7 +137,8 @@ class ScaleByProdigy(Transform):
         def moments(g: jax.Array, m: jax.Array, v: jax.Array, s: jax.Array) -> tuple[Any, ...]:
             dg = d * g
             new_m = b1 * m + c1 * dg
-            new_v = b2 * v + c2 * dg * dg
+            # |d g|^2, real; a real leaf keeps its rounding order.
+            new_v = b2 * v + (c2 * abs_sq(dg) if jnp.iscomplexobj(dg) else c2 * dg * dg)
             new_s = b3 * s + weight * dg / d0
             return new_m.astype(m.dtype), new_v.astype(v.dtype), new_s.astype(s.dtype)
 
@@ -204,7 +207,10 @@ def scale_by_prodigy(
     direction, sign included), and nothing follows it in `prodigy`. The scalars
     :math:`d_t` and :math:`r_t`, and the two reductions behind them, are kept in float32
     (float64 where a parameter is float64), so bfloat16 parameters still get a float32
-    estimate.
+    estimate. For complex parameters :math:`d_t` and :math:`r_t` stay real: :math:`v_t`
+    holds :math:`|d_t g_t|^2` (a real slot), the inner product is its real part
+    :math:`\operatorname{Re}\langle g_t, x_0 - x_t\rangle` and :math:`\lVert s_t\rVert_1`
+    sums moduli; :math:`m_t`, :math:`s_t` and the updates are complex.
 
     Args:
       learning_rate: :math:`\eta \ge 0` or a schedule of the step count.
