@@ -172,8 +172,10 @@ def compare(ours: list[tuple], theirs: list[tuple], rtol: float) -> None:
 ITERATIONS = 35
 
 
-def test_zoom_lbfgs_matches_optax_on_rosenbrock() -> None:
-    opt_optax = optax.lbfgs(
+def optax_zoom_lbfgs(memory_size: int = 10) -> Any:
+    """optax's L-BFGS with optx's default zoom search (optx's float32 hyperparameters)."""
+    return optax.lbfgs(
+        memory_size=memory_size,
         linesearch=optax.scale_by_zoom_linesearch(
             max_linesearch_steps=20,
             initial_guess_strategy="one",
@@ -181,8 +183,12 @@ def test_zoom_lbfgs_matches_optax_on_rosenbrock() -> None:
             curv_rtol=f32(0.9),
             approx_dec_rtol=f32(1e-6),
             stepsize_precision=f32(1e-5),
-        )
+        ),
     )
+
+
+def test_zoom_lbfgs_matches_optax_on_rosenbrock() -> None:
+    opt_optax = optax_zoom_lbfgs()
     with jax.enable_x64(True):
         w0 = jnp.array([-1.2, 1.0])
         ours = trajectory(optx.lbfgs(), rosenbrock, w0, ITERATIONS)
@@ -330,17 +336,7 @@ def test_complex_parameters_are_the_real_pair(search: str) -> None:
 
 def test_complex_zoom_lbfgs_matches_optax() -> None:
     # optax's zoom search and L-BFGS take complex parameters with the same conventions.
-    opt_optax = optax.lbfgs(
-        memory_size=5,
-        linesearch=optax.scale_by_zoom_linesearch(
-            max_linesearch_steps=20,
-            initial_guess_strategy="one",
-            slope_rtol=f32(1e-4),
-            curv_rtol=f32(0.9),
-            approx_dec_rtol=f32(1e-6),
-            stepsize_precision=f32(1e-5),
-        ),
-    )
+    opt_optax = optax_zoom_lbfgs(memory_size=5)
     opt = optx.lbfgs(memory_size=5, linesearch=COMPLEX_SEARCHES["zoom"]())
     with jax.enable_x64(True):
         z0 = jnp.array([-1.2 - 0.8j, 1.0 + 0.3j, 0.5 + 0.9j])
