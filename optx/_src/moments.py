@@ -54,6 +54,15 @@ def _real_slot_dtype(p: Any, dtype: Any) -> Any:
     return real_dtype(jnp.result_type(p) if dtype is None else dtype)
 
 
+def scaled_abs_sq(c: Any, g: jax.Array) -> jax.Array:
+    """``c * |g|**2``, a second moment's new term.
+
+    For a real ``g`` it is rounded as ``c * g * g``, the order Prodigy's, D-Adaptation's
+    and MoMo-Adam's real updates have always had (``c * (g * g)`` rounds differently).
+    """
+    return c * abs_sq(g) if jnp.iscomplexobj(g) else c * g * g
+
+
 def unzip(tuples: Any, like: Any, n: int, is_leaf: Any = None) -> tuple[Any, ...]:
     """Splits a tree of ``n``-tuples (one per leaf of ``like``) into ``n`` trees.
 

@@ -17,7 +17,7 @@ from optx._src.base import (
     transform,
     zero_count,
 )
-from optx._src.moments import abs_sq, adam_scalars, real_zeros_like, unzip
+from optx._src.moments import adam_scalars, real_zeros_like, scaled_abs_sq, unzip
 
 
 class DAdaptAdamWState(NamedTuple):
@@ -111,7 +111,7 @@ class DAdaptAdamW(Transform):
         def moments(g: jax.Array, m: jax.Array, v: jax.Array, sk: jax.Array) -> tuple[Any, ...]:
             new_m = s.b1 * m + s.c1 * dlr * g
             # |g|^2, real; a real leaf keeps its rounding order.
-            new_v = s.b2 * v + (s.c2 * abs_sq(g) if jnp.iscomplexobj(g) else s.c2 * g * g)
+            new_v = s.b2 * v + scaled_abs_sq(s.c2, g)
             new_s = sb2 * sk + c3 * dlr * g
             return new_m.astype(m.dtype), new_v.astype(v.dtype), new_s.astype(sk.dtype)
 

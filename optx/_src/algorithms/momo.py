@@ -19,7 +19,7 @@ from optx._src.base import (
     transform,
     zero_count,
 )
-from optx._src.moments import abs_sq, adam_scalars, real_zeros_like, unzip
+from optx._src.moments import adam_scalars, real_zeros_like, scaled_abs_sq, unzip
 from optx._src.options import flag_options
 
 # A squared norm at or below float64's machine epsilon counts as zero (as in optax).
@@ -283,7 +283,7 @@ class MomoAdam(Transform):
         def moments(g: jax.Array, m: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
             new_m = s.b1 * m + s.c1 * g
             # |g|^2, real; a real leaf keeps its rounding order.
-            new_v = s.b2 * v + (s.c2 * abs_sq(g) if jnp.iscomplexobj(g) else s.c2 * g * g)
+            new_v = s.b2 * v + scaled_abs_sq(s.c2, g)
             return new_m.astype(m.dtype), new_v.astype(v.dtype)
 
         exp_avg, exp_avg_sq = unzip(

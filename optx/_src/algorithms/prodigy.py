@@ -18,7 +18,7 @@ from optx._src.base import (
     zero_count,
 )
 from optx._src.combine import Chain, MaskSpec, chain, freeze_mask, resolve_mask
-from optx._src.moments import abs_sq, adam_scalars, real_zeros_like, unzip
+from optx._src.moments import adam_scalars, real_zeros_like, scaled_abs_sq, unzip
 from optx._src.options import flag_options
 
 
@@ -138,7 +138,7 @@ class ScaleByProdigy(Transform):
             dg = d * g
             new_m = b1 * m + c1 * dg
             # |d g|^2, real; a real leaf keeps its rounding order.
-            new_v = b2 * v + (c2 * abs_sq(dg) if jnp.iscomplexobj(dg) else c2 * dg * dg)
+            new_v = b2 * v + scaled_abs_sq(c2, dg)
             new_s = b3 * s + weight * dg / d0
             return new_m.astype(m.dtype), new_v.astype(v.dtype), new_s.astype(s.dtype)
 
