@@ -41,10 +41,14 @@ def _wide(x: Any, dtype: Any) -> jax.Array:
 
 
 def vdot(x: Any, y: Any, dtype: Any) -> jax.Array:
-    """``<x, y>`` over every leaf of two trees of one structure, summed in ``dtype``."""
+    """``<x, y>`` over every leaf of two trees of one structure, summed in ``dtype``.
+
+    Real: of complex leaves, the real part ``Re(sum(conj(x) * y))``, the inner product of
+    their real and imaginary parts (what a real step size or estimate is made of).
+    """
     return total(
         (
-            placement.vdot(_wide(a, dtype), _wide(b, dtype))
+            jnp.real(placement.vdot(_wide(a, dtype), _wide(b, dtype)))
             for a, b in zip(jax.tree.leaves(x), jax.tree.leaves(y), strict=True)
         ),
         dtype,
@@ -53,7 +57,7 @@ def vdot(x: Any, y: Any, dtype: Any) -> jax.Array:
 
 def sq_norm(x: Any, dtype: Any) -> jax.Array:
     """``||x||^2`` over every leaf, summed in ``dtype`` (real: ``x^H x`` of a complex leaf)."""
-    return jnp.real(vdot(x, x, dtype))
+    return vdot(x, x, dtype)
 
 
 def sq_distance(x: Any, y: Any, dtype: Any) -> jax.Array:

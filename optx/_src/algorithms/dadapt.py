@@ -106,7 +106,7 @@ class DAdaptAdamW(Transform):
         weighted = jax.tree.map(
             lambda sk, v: sk / (jnp.sqrt(v) + eps), state.grad_sum, state.exp_avg_sq
         )
-        numerator = jnp.real(reductions.vdot(updates, weighted, dtype))
+        numerator = reductions.vdot(updates, weighted, dtype)
 
         def moments(g: jax.Array, m: jax.Array, v: jax.Array, sk: jax.Array) -> tuple[Any, ...]:
             new_m = s.b1 * m + s.c1 * dlr * g

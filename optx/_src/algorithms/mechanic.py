@@ -111,7 +111,7 @@ class Mechanize(Transform):
         # The step so far, per unit of scale: (x0 - x) / sum(s).
         delta_prev = jax.tree.map(lambda x, p0: (p0 - x) / (s_sum + eps), params, x0)
         # Real: the real part of a complex parameter's inner product.
-        hh = jnp.real(reductions.vdot(decayed, delta_prev, dtype))
+        hh = reductions.vdot(decayed, delta_prev, dtype)
         clipped = jnp.clip(hh, -state.m, state.m)
         betas = jnp.asarray(1 - 0.1 ** np.arange(1, self.num_betas + 1, dtype=np.float64), dtype)
         m = jnp.maximum(betas * state.m, jnp.abs(hh) + eps)

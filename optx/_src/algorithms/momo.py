@@ -149,9 +149,9 @@ class Momo(Transform):
         exp_avg = jax.tree.map(lambda m, g: (b * m + c * g).astype(m.dtype), state.exp_avg, updates)
         # Real parts of the inner products (the first-order model of a real loss of complex
         # parameters); the identity for real ones.
-        gamma = b * state.gamma + c * jnp.real(reductions.vdot(updates, params, dtype))
+        gamma = b * state.gamma + c * reductions.vdot(updates, params, dtype)
         norm = reductions.sq_norm(exp_avg, dtype)
-        iprod = jnp.real(reductions.vdot(exp_avg, params, dtype))
+        iprod = reductions.vdot(exp_avg, params, dtype)
         # The scalars in the estimates' dtype: float64 parameters get float64 step sizes.
         lr = h["learning_rate"].astype(dtype)
         tau, lb = _polyak(self, state, lr, barf, gamma, iprod, norm, 1.0)
@@ -293,9 +293,9 @@ class MomoAdam(Transform):
         precond = jax.tree.map(lambda v: s.eps + jnp.sqrt(v / bc2), exp_avg_sq)
         weighted = jax.tree.map(lambda m, q: m / q, exp_avg, precond)
         # Real parts of the inner products, as in `momo`.
-        norm = jnp.real(reductions.vdot(exp_avg, weighted, dtype))
-        gamma = s.b1 * state.gamma + s.c1 * jnp.real(reductions.vdot(updates, params, dtype))
-        iprod = jnp.real(reductions.vdot(exp_avg, params, dtype))
+        norm = reductions.vdot(exp_avg, weighted, dtype)
+        gamma = s.b1 * state.gamma + s.c1 * reductions.vdot(updates, params, dtype)
+        iprod = reductions.vdot(exp_avg, params, dtype)
         # The scalars in the estimates' dtype: float64 parameters get float64 step sizes.
         lr = h["learning_rate"].astype(dtype)
         bc1 = reductions.bias_correction(h, "b1", s.count, dtype)
