@@ -1,24 +1,66 @@
 """Test-session settings for every test item: the suite in tests/ and the doctests in optx/."""
 
 import os
+import subprocess
+import sys
 import traceback
 
-# The suite compiles thousands of small programs (a few per registry entry, and every eager
-# operation's first call) that then run a few steps on a few dozen numbers: XLA:CPU's LLVM
-# optimisations are most of their compile time and none of what a test checks (every
-# numeric bound is derived for any contraction and summation order). Set before JAX is
-# imported; `OPTX_TEST_FULL_XLA=1` runs the suite at XLA's default optimisation instead.
-if os.environ.get("OPTX_TEST_FULL_XLA") != "1":
-    os.environ["XLA_FLAGS"] = " ".join(
-        [
-            os.environ.get("XLA_FLAGS", ""),
-            "--xla_backend_optimization_level=0",
-            "--xla_llvm_disable_expensive_passes=true",
-        ]
-    ).strip()
-
-import jax
 import pytest
+
+# The suite compiles thousands of small programs (a few per registry entry, and every eager
+# operation's first call) that then run a few steps on a few dozen numbers: compiling is
+# most of its time, and XLA:CPU's code generation none of what a test checks (every numeric
+# bound is derived for any contraction and summation order, tests/TOLERANCES.md). So the
+# test session compiles cheaply: no LLVM optimisation, fusions emitted by XLA's loop
+# emitter rather than its MLIR fusion emitters, and each program's code generated in one
+# piece (the workers already keep both cores busy). `python tests/compile_time.py` times
+# it: 30 registry entries' jitted updates compiled in 4.3 s with the first two flags and
+# 1.1 s with all four. `OPTX_TEST_FULL_XLA=1` runs the suite at XLA's defaults instead.
+_FAST_XLA = (
+    "--xla_backend_optimization_level=0",
+    "--xla_llvm_disable_expensive_passes=true",
+    "--xla_cpu_use_fusion_emitters=false",
+    "--xla_cpu_parallel_codegen_split_count=1",
+)
+# Collectives between the CPU devices of one process (the 8-device notebooks and
+# subprocesses) wait for every device's thread, and XLA ends the process when one is 60 s
+# late (a warning at 20 s, the end 40 s later). CI lost notebook 06's kernel that way once,
+# on a loaded 2-core machine. With 10 minutes a late thread arrives; a real deadlock still
+# fails, by nbmake's cell timeout, with the notebook's cell named.
+_PATIENT_COLLECTIVES = (
+    "--xla_cpu_collective_call_warn_stuck_timeout_seconds=120",
+    "--xla_cpu_collective_call_terminate_timeout_seconds=600",
+)
+_CHECKED = "OPTX_TEST_XLA_FLAGS"  # the flags this session settled on, for its subprocesses
+
+
+def _accepted(flags: tuple[str, ...]) -> bool:
+    """Whether this jaxlib knows every flag of ``flags`` (asked of a subprocess).
+
+    XLA aborts the process on an unknown flag: a flag a later jaxlib drops must not reach
+    the test session.
+    """
+    env = dict(os.environ, XLA_FLAGS=" ".join(flags), JAX_PLATFORMS="cpu")
+    probe = [sys.executable, "-c", "import jax; jax.devices()"]
+    return subprocess.run(probe, env=env, capture_output=True, timeout=300).returncode == 0
+
+
+def _session_xla_flags() -> str:
+    wanted = _PATIENT_COLLECTIVES
+    if os.environ.get("OPTX_TEST_FULL_XLA") != "1":
+        wanted += _FAST_XLA
+    if not _accepted(wanted):  # one probe per flag only when the set as a whole fails
+        wanted = tuple(flag for flag in wanted if _accepted((flag,)))
+    return " ".join(wanted)
+
+
+# Before JAX is imported, once: pytest-xdist's workers, notebooks' kernels and the tests'
+# subprocesses inherit the environment. A user's own XLA_FLAGS come first and are kept.
+if _CHECKED not in os.environ:
+    os.environ[_CHECKED] = _session_xla_flags()
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {os.environ[_CHECKED]}".strip()
+
+import jax  # noqa: E402  (after XLA_FLAGS is set)
 
 
 # XLA:CPU limited to SSE4.2 (`XLA_FLAGS=--xla_cpu_max_isa=SSE4_2`, as on an x86-64 CPU
@@ -70,14 +112,14 @@ def pytest_runtest_call(item: pytest.Item):
 # collection order, so a long file collected last would run alone while the other workers
 # wait. CPU seconds of each file on 2 workers (`pytest -n 2 --durations=0`, 2026-12-05).
 _LONGEST_FIRST = (
-    "tests/test_conformance.py",  # ~300 s
-    "tests/test_sharding_registry.py",  # ~115 s: two 8-device subprocesses
-    "tests/test_hyperparams_registry.py",  # ~100 s
-    "tests/test_registry_reliability.py",  # ~90 s
-    "tests/test_public_api.py",  # ~70 s: README snippets
-    "tests/test_missing.py",  # ~60 s
-    "tests/test_complex.py",  # ~45 s
-    "tests/test_bench.py",  # ~40 s: the benchmark suite in a subprocess
+    "tests/test_conformance.py",  # ~150 s
+    "tests/test_registry_reliability.py",  # ~75 s
+    "tests/test_sharding_registry.py",  # ~70 s: two 8-device subprocesses
+    "tests/test_hyperparams_registry.py",  # ~35 s
+    "tests/test_complex.py",  # ~30 s
+    "tests/test_bench.py",  # ~30 s: the benchmark suite in a subprocess
+    "tests/test_bad_input.py",  # ~25 s
+    "tests/test_missing.py",  # ~25 s
 )
 
 

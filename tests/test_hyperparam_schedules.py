@@ -165,6 +165,19 @@ def _optax_hyperparams(state: Any) -> dict[str, Any]:
     return out
 
 
+def assert_same_schedule(got: Any, want: Any, name: str) -> None:
+    """One schedule's values, computed in two programs (`_trajectory`'s).
+
+    The same float32 operations, but the compiler may contract a multiply-add in one
+    program and not in the other, or take another code path for a cosine: each value is
+    at most 8 roundings (EPS32 / 2 each) of terms no larger than twice the schedule's
+    largest value, in each program.
+    """
+    peak = float(np.max(np.abs(np.asarray(want))))
+    bound = 2 * 8 * (EPS32 / 2) * (2 * peak)
+    np.testing.assert_allclose(got, want, rtol=0, atol=bound, err_msg=name)
+
+
 def _trajectory(tx: Any, apply_updates: Callable, read: Callable, names: tuple) -> tuple:
     """Parameters and the ``names`` hyperparameters in force after each step (one jit)."""
 
@@ -191,7 +204,7 @@ def test_parity_with_inject_hyperparams(case: Case) -> None:
     )
     # The value in force after step t is the schedule's at count t, as in optax.
     for name in case.scheduled:
-        np.testing.assert_array_equal(hyper[name], o_hyper[name], err_msg=name)
+        assert_same_schedule(hyper[name], o_hyper[name], name)
     for t in range(STEPS):
         at_t = jax.tree.map(lambda x, t=t: x[t], (params, o_params))
         assert_close(f"{case.id} step {t}", *at_t, rtol=RTOL, atol=ATOL, finite=True)
@@ -431,7 +444,7 @@ def test_inject_hyperparams_of_optx_factories_matches_optax(
     params, hyper = _trajectory(tx, optax.apply_updates, _optax_hyperparams, names)
     o_params, o_hyper = _trajectory(reference, optax.apply_updates, _optax_hyperparams, names)
     for n in names:
-        np.testing.assert_array_equal(hyper[n], o_hyper[n], err_msg=n)
+        assert_same_schedule(hyper[n], o_hyper[n], n)
     for t in range(STEPS):
         at_t = jax.tree.map(lambda x, t=t: x[t], (params, o_params))
         assert_close(f"{case} step {t}", *at_t, rtol=RTOL, atol=ATOL, finite=True)
