@@ -45,10 +45,15 @@ def _accepted(flags: tuple[str, ...]) -> bool:
     return subprocess.run(probe, env=env, capture_output=True, timeout=300).returncode == 0
 
 
+def _wanted() -> tuple[str, ...]:
+    """The flags this session asks for (`OPTX_TEST_FULL_XLA=1`: XLA's own code generation)."""
+    if os.environ.get("OPTX_TEST_FULL_XLA") == "1":
+        return _PATIENT_COLLECTIVES
+    return _PATIENT_COLLECTIVES + _FAST_XLA
+
+
 def _session_xla_flags() -> str:
-    wanted = _PATIENT_COLLECTIVES
-    if os.environ.get("OPTX_TEST_FULL_XLA") != "1":
-        wanted += _FAST_XLA
+    wanted = _wanted()
     if not _accepted(wanted):  # one probe per flag only when the set as a whole fails
         wanted = tuple(flag for flag in wanted if _accepted((flag,)))
     return " ".join(wanted)

@@ -9,7 +9,6 @@ environment is kept in front), so one command compares settings, e.g.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pathlib
 import sys
@@ -18,10 +17,8 @@ import time
 
 def main(argv: list[str]) -> None:
     here = pathlib.Path(__file__).resolve().parent
-    sys.path[:0] = [str(here), str(here.parent)]
-    # The root conftest.py sets XLA_FLAGS (before JAX starts its backend).
-    spec = importlib.util.spec_from_file_location("root_conftest", here.parent / "conftest.py")
-    spec.loader.exec_module(importlib.util.module_from_spec(spec))  # type: ignore[union-attr]
+    sys.path[:0] = [str(here.parent), str(here)]  # the root conftest.py before tests/'
+    import conftest  # noqa: F401  (sets XLA_FLAGS before JAX starts its backend)
 
     os.environ["XLA_FLAGS"] = " ".join([os.environ["XLA_FLAGS"], *argv])
     import jax

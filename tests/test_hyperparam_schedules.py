@@ -165,17 +165,12 @@ def _optax_hyperparams(state: Any) -> dict[str, Any]:
     return out
 
 
-def assert_same_schedule(got: Any, want: Any, name: str) -> None:
-    """One schedule's values, computed in two programs (`_trajectory`'s).
-
-    The same float32 operations, but the compiler may contract a multiply-add in one
-    program and not in the other, or take another code path for a cosine: each value is
-    at most 8 roundings (EPS32 / 2 each) of terms no larger than twice the schedule's
-    largest value, in each program.
-    """
-    peak = float(np.max(np.abs(np.asarray(want))))
-    bound = 2 * 8 * (EPS32 / 2) * (2 * peak)
-    np.testing.assert_allclose(got, want, rtol=0, atol=bound, err_msg=name)
+# One schedule's values computed in two programs (`_trajectory`'s): the same float32
+# operations, but the compiler may contract a multiply-add in one program and not in the
+# other, or take another code path for a cosine. Each value is at most 8 roundings
+# (EPS32 / 2 each) of terms no larger than twice the schedule's largest value, in each
+# program; `assert_close` scales this by that largest value.
+SCHEDULE_RTOL = 2 * 8 * (EPS32 / 2) * 2
 
 
 def _trajectory(tx: Any, apply_updates: Callable, read: Callable, names: tuple) -> tuple:
@@ -204,7 +199,7 @@ def test_parity_with_inject_hyperparams(case: Case) -> None:
     )
     # The value in force after step t is the schedule's at count t, as in optax.
     for name in case.scheduled:
-        assert_same_schedule(hyper[name], o_hyper[name], name)
+        assert_close(name, hyper[name], o_hyper[name], rtol=SCHEDULE_RTOL)
     for t in range(STEPS):
         at_t = jax.tree.map(lambda x, t=t: x[t], (params, o_params))
         assert_close(f"{case.id} step {t}", *at_t, rtol=RTOL, atol=ATOL, finite=True)
@@ -444,7 +439,7 @@ def test_inject_hyperparams_of_optx_factories_matches_optax(
     params, hyper = _trajectory(tx, optax.apply_updates, _optax_hyperparams, names)
     o_params, o_hyper = _trajectory(reference, optax.apply_updates, _optax_hyperparams, names)
     for n in names:
-        assert_same_schedule(hyper[n], o_hyper[n], n)
+        assert_close(n, hyper[n], o_hyper[n], rtol=SCHEDULE_RTOL)
     for t in range(STEPS):
         at_t = jax.tree.map(lambda x, t=t: x[t], (params, o_params))
         assert_close(f"{case} step {t}", *at_t, rtol=RTOL, atol=ATOL, finite=True)

@@ -22,9 +22,7 @@ def session() -> ModuleType:
 
 
 def test_the_chosen_flags_are_in_force(session: ModuleType) -> None:
-    wanted = session._PATIENT_COLLECTIVES
-    if os.environ.get("OPTX_TEST_FULL_XLA") != "1":
-        wanted += session._FAST_XLA
+    wanted = session._wanted()
     chosen = os.environ[session._CHECKED].split()
     assert set(chosen) <= set(wanted), chosen
     assert set(chosen) <= set(os.environ["XLA_FLAGS"].split())
